@@ -1,0 +1,189 @@
+"""`simulate`: a fixed-step rollout as nested `lax.scan`s, pure, jittable and differentiable."""
+
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import jax.tree_util as jtu
+from jax import lax
+
+from ._adjoint import AbstractAdjoint, CheckpointAdjoint, DirectAdjoint
+from ._errors import NonFiniteStateError
+from ._trajectory import Trajectory
+from ._validation import describe, is_concrete, positive_finite_scalar, positive_int, state_dtype
+from .integrators._base import AbstractIntegrator
+from .systems._base import AbstractODE
+
+
+def simulate(
+    system,
+    state0,
+    *,
+    integrator: AbstractIntegrator,
+    dt,
+    n_steps: int,
+    save_every: int = 1,
+    t0=0.0,
+    key=None,
+    args=None,
+    observables: dict[str, Callable] | None = None,
+    save_states: bool = True,
+    adjoint: AbstractAdjoint = DirectAdjoint(),
+    check_finite: bool = False,
+) -> Trajectory:
+    """Step `system` from `state0` with a fixed step and save every `save_every` steps.
+
+    The rollout is an outer `lax.scan` over saved frames and an inner `lax.scan` over the
+    steps between frames, compiled once per shape/dtype/static configuration. Frame `k` holds
+    the state at `t0 + k * save_every * dt`; frame 0 is `state0`, so there are
+    `n_steps // save_every + 1` frames.
+
+    **Arguments:**
+
+    - `system`: an `AbstractODE`/`AbstractSDE`/`AbstractHamiltonian` (Equinox module).
+    - `state0`: initial state (array for ODEs, `PhaseSpace` for particle systems), float32 or
+      float64; the rollout keeps its dtype.
+    - `integrator`: a `sciax.integrators` method, e.g. `RK4()` or `VelocityVerlet()`.
+    - `dt`: step size (time units), positive and finite.
+    - `n_steps`: number of steps, a positive multiple of `save_every`.
+    - `save_every`: steps between saved frames.
+    - `t0`: initial time.
+    - `key`: `jax.random` key, required by stochastic integrators; step `n` uses
+      `jax.random.fold_in(key, n)`, so results do not depend on `save_every`.
+    - `args`: passed to `vector_field(t, y, args)`.
+    - `observables`: dict name -> `fn(t, state, system)` evaluated at every saved frame.
+    - `save_states`: keep the states (set False to keep only observables and bound memory).
+    - `adjoint`: `DirectAdjoint()` or `CheckpointAdjoint()` (see `sciax.adjoint`).
+    - `check_finite`: raise `NonFiniteStateError` naming the first frame with NaN/Inf.
+
+    **Returns:** a `Trajectory`.
+
+    **Raises:** `StateMismatchError` (state does not fit the system), `TypeError`/`ValueError`
+    for bad arguments, `NonFiniteStateError` when `check_finite=True` and the run blew up.
+
+    ```python
+    traj = sciax.simulate(sciax.systems.Lorenz(), jnp.array([1.0, 0.0, 0.0]),
+                          integrator=sciax.integrators.RK4(), dt=0.01, n_steps=1000, save_every=10)
+    ```
+    """
+    n_steps, save_every, dtype = _validate(
+        system, state0, integrator, dt, n_steps, save_every, key, observables, adjoint
+    )
+    dt = jnp.asarray(dt, dtype=dtype)
+    t0 = jnp.asarray(t0, dtype=dtype)
+    observables = dict(observables or {})
+    componentwise = _use_componentwise_layout(system, state0)
+    traj = _rollout(
+        system, state0, integrator, dt, t0, key, args, observables, n_steps, save_every,
+        save_states, adjoint, componentwise,
+    )
+    if check_finite:
+        traj = _check_finite(traj)
+    return traj
+
+
+def _validate(system, state0, integrator, dt, n_steps, save_every, key, observables, adjoint):
+    if not isinstance(system, AbstractODE):
+        raise TypeError(f"simulate: `system` must be a sciax system (AbstractODE), got {type(system).__name__}.")
+    if not isinstance(integrator, AbstractIntegrator):
+        raise TypeError(
+            f"simulate: `integrator` must be a sciax.integrators method such as RK4(), "
+            f"got {type(integrator).__name__}."
+        )
+    if not isinstance(adjoint, AbstractAdjoint):
+        raise TypeError(f"simulate: `adjoint` must be DirectAdjoint() or CheckpointAdjoint(), got {adjoint!r}.")
+    integrator.check_system(system)
+    system.check_state(state0)
+    dtype = state_dtype(state0)
+    positive_finite_scalar("dt", dt)
+    n_steps = positive_int("n_steps", n_steps)
+    save_every = positive_int("save_every", save_every)
+    if n_steps % save_every:
+        raise ValueError(
+            f"`n_steps` ({n_steps}) must be a multiple of `save_every` ({save_every}); "
+            f"for example n_steps={n_steps - n_steps % save_every or save_every}."
+        )
+    if integrator.stochastic:
+        if key is None:
+            raise ValueError(
+                f"{type(integrator).__name__} is stochastic: pass `key=jax.random.key(seed)`."
+            )
+        if not (isinstance(key, jax.Array) and (jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+                                                or (key.dtype == jnp.uint32 and key.shape == (2,)))):
+            raise TypeError(f"`key` must be a jax.random key, got {describe(key)}.")
+    if observables is not None:
+        if not isinstance(observables, dict) or not all(
+            isinstance(k, str) and callable(f) for k, f in observables.items()
+        ):
+            raise TypeError("`observables` must be a dict mapping names to functions fn(t, state, system).")
+    return n_steps, save_every, dtype
+
+
+def _use_componentwise_layout(system, state0) -> bool:
+    """Step a small 1-D ODE state as a tuple of scalars (struct of arrays under vmap)."""
+    return getattr(system, "n_components", None) is not None and isinstance(state0, jax.Array | float) \
+        and jnp.ndim(state0) == 1
+
+
+def _frame_is_finite(state):
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jtu.tree_leaves(state)]))
+
+
+@eqx.filter_jit
+def _rollout(system, state0, integrator, dt, t0, key, args, observables, n_steps, save_every,
+             save_states, adjoint, componentwise):
+    n_frames = n_steps // save_every
+    to_user = (lambda y: jnp.stack(y)) if componentwise else (lambda y: y)
+    y0 = tuple(state0[i] for i in range(state0.shape[0])) if componentwise else state0
+
+    def record(carry, t):
+        state = to_user(integrator.state(carry))
+        obs = {name: fn(t, state, system) for name, fn in observables.items()}
+        return (state if save_states else None), obs, _frame_is_finite(state)
+
+    def one_step(carry, n):
+        t = t0 + n.astype(dt.dtype) * dt
+        step_key = None if key is None else jr.fold_in(key, n)
+        return integrator.step(system, t, carry, dt, step_key, args), None
+
+    if isinstance(adjoint, CheckpointAdjoint) and adjoint.checkpoint_steps:
+        one_step = jax.checkpoint(one_step)
+
+    def block(carry, frame):
+        first = frame * save_every
+        carry, _ = lax.scan(one_step, carry, first + jnp.arange(save_every))
+        return carry, record(carry, t0 + (first + save_every).astype(dt.dtype) * dt)
+
+    if isinstance(adjoint, CheckpointAdjoint):
+        block = jax.checkpoint(block)
+
+    carry0 = integrator.init(system, t0, y0, args)
+    _, frames = lax.scan(block, carry0, jnp.arange(n_frames))
+    first = record(carry0, t0)
+    states, obs, finite = jtu.tree_map(
+        lambda a, b: jnp.concatenate([a[None], b]), first, frames
+    )
+    times = t0 + (jnp.arange(n_frames + 1) * save_every).astype(dt.dtype) * dt
+    return Trajectory(times=times, states=states, observables=obs, finite=finite)
+
+
+def _check_finite(traj: Trajectory) -> Trajectory:
+    all_finite = jnp.all(traj.finite)
+    if is_concrete(all_finite):
+        if not bool(all_finite):
+            if jnp.ndim(traj.finite) == 1:
+                frame = traj.first_nonfinite_frame()
+                t = float(traj.times[frame])
+                raise NonFiniteStateError(
+                    f"simulate: the state became non-finite (NaN/Inf) by frame {frame} (t = {t:g}); "
+                    f"the last finite frame is {frame - 1}. Reduce `dt` or check the initial state "
+                    "and parameters.", frame=frame, time=t)
+            members = jnp.argwhere(~jnp.all(traj.finite, axis=-1))
+            raise NonFiniteStateError(f"simulate: non-finite state in ensemble members {members.tolist()}.")
+        return traj
+    times = eqx.error_if(traj.times, ~all_finite,
+                         "simulate: the state became non-finite (NaN/Inf); run with check_finite=True "
+                         "outside jit to see the first bad frame.")
+    return eqx.tree_at(lambda tr: tr.times, traj, times)

@@ -1,0 +1,141 @@
+"""Abstract system classes: ODEs, SDEs and Hamiltonian particle systems.
+
+Parameters are array fields (so `jax.grad`, `jax.vmap` and `eqx.tree_at` reach them); static
+configuration is `eqx.field(static=True)`. Library code is unbatched: one system, one state.
+"""
+
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from .._errors import StateMismatchError
+from .._state import PhaseSpace
+from .._validation import describe
+
+
+def components(y, n: int, system_name: str) -> tuple:
+    """Split an ODE state into its `n` scalar components.
+
+    Accepts a 1-D array of length `n` or a tuple of `n` scalars (the struct-of-arrays layout
+    that `simulate` uses internally for speed: under `vmap` each component is a contiguous
+    `(B,)` array, and no per-step stack/unstack is emitted).
+    """
+    if isinstance(y, tuple):
+        if len(y) != n:
+            raise StateMismatchError(
+                f"{system_name} expects a state of {n} components, got a tuple of {len(y)}."
+            )
+        return y
+    if jnp.shape(y) != (n,):
+        raise StateMismatchError(
+            f"{system_name} expects a state of shape ({n},), got {describe(y)}."
+        )
+    return tuple(y[i] for i in range(n))
+
+
+def like(y, *values):
+    """Pack component values in the container type of `y` (tuple stays tuple, array stays array)."""
+    if isinstance(y, tuple):
+        return tuple(values)
+    return jnp.stack(jnp.broadcast_arrays(*values))
+
+
+class AbstractODE(eqx.Module):
+    """An ordinary differential equation dy/dt = f(t, y, args).
+
+    Subclasses implement `vector_field`. Library systems whose state is a fixed number of
+    scalar components set `n_components` and write `vector_field` component-wise with
+    `components`/`like`; `simulate` then steps them in struct-of-arrays layout.
+    """
+
+    n_components: ClassVar[int | None] = None
+
+    def vector_field(self, t, y, args=None):
+        """dy/dt at time `t` for state `y`. Must be implemented by subclasses."""
+        raise NotImplementedError(f"{type(self).__name__} must implement vector_field(t, y, args).")
+
+    def check_state(self, y) -> None:
+        """Raise `StateMismatchError` if `y` is not a valid state of this system."""
+        if self.n_components is not None:
+            components(y, self.n_components, type(self).__name__)
+
+    def default_state(self):
+        """A sensible initial state (float array) for demos and scenarios."""
+        raise NotImplementedError(f"{type(self).__name__} has no default initial state.")
+
+    def conserved_quantities(self, t, y) -> dict:
+        """Quantities that the exact dynamics conserve, by name (empty if none)."""
+        return {}
+
+
+class AbstractSDE(AbstractODE):
+    """An Itô SDE with diagonal noise: dy = f(t, y) dt + g(t, y) ⊙ dW.
+
+    `vector_field` is the drift f; `diffusion` returns g with the same structure as `y`.
+    """
+
+    def diffusion(self, t, y, args=None):
+        raise NotImplementedError(f"{type(self).__name__} must implement diffusion(t, y, args).")
+
+
+class AbstractHamiltonian(AbstractODE):
+    """A particle system H(q, v) = Σ ½ m v² + U(q) with state `PhaseSpace(positions, velocities)`.
+
+    Subclasses implement `potential_energy(positions)` and provide a `masses` field of shape
+    `positions.shape[:-1]` (a scalar for a single particle or a relative coordinate). Forces
+    are `-∇U` by automatic differentiation: one source of truth for each formula.
+    As an ODE its vector field is (dq/dt, dv/dt) = (v, F/m), so Runge–Kutta methods apply too.
+    """
+
+    masses: eqx.AbstractVar[jax.Array]
+
+    def potential_energy(self, positions) -> jax.Array:
+        raise NotImplementedError(f"{type(self).__name__} must implement potential_energy(positions).")
+
+    def force(self, positions) -> jax.Array:
+        """F = -∂U/∂q, same shape as `positions`."""
+        return -jax.grad(self.potential_energy)(positions)
+
+    def acceleration(self, positions) -> jax.Array:
+        """a = F / m, same shape as `positions`."""
+        return self.force(positions) / jnp.asarray(self.masses)[..., None]
+
+    def kinetic_energy(self, velocities) -> jax.Array:
+        """K = Σ ½ m |v|²."""
+        m = jnp.asarray(self.masses)[..., None]
+        return 0.5 * jnp.sum(m * velocities**2)
+
+    def energy(self, state: PhaseSpace) -> jax.Array:
+        """Total energy H = K + U."""
+        return self.kinetic_energy(state.velocities) + self.potential_energy(state.positions)
+
+    def momentum(self, state: PhaseSpace) -> jax.Array:
+        """Total linear momentum Σ m v, shape `(d,)`."""
+        m = jnp.asarray(self.masses)[..., None]
+        p = m * state.velocities
+        return p if p.ndim == 1 else jnp.sum(p, axis=0)
+
+    def vector_field(self, t, y, args=None):
+        return PhaseSpace(y.velocities, self.acceleration(y.positions))
+
+    def check_state(self, y) -> None:
+        name = type(self).__name__
+        if not isinstance(y, PhaseSpace):
+            raise StateMismatchError(
+                f"{name} expects a sciax.PhaseSpace(positions, velocities) state, got {type(y).__name__}."
+            )
+        q, v = jnp.shape(y.positions), jnp.shape(y.velocities)
+        if q != v:
+            raise StateMismatchError(
+                f"{name}: positions and velocities must have the same shape, got {q} and {v}."
+            )
+        m = jnp.shape(self.masses)
+        if len(q) == 0 or q[:-1] != m:
+            raise StateMismatchError(
+                f"{name}: positions must have shape masses.shape + (d,) = {m} + (d,), got {q}."
+            )
+
+    def conserved_quantities(self, t, y) -> dict:
+        return {"energy": self.energy(y)}

@@ -1,0 +1,33 @@
+"""Chaotic flows."""
+
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from ._base import AbstractODE, components, like
+
+
+class Lorenz(AbstractODE):
+    """The Lorenz (1963) convection model.
+
+        dx/dt = σ (y − x),   dy/dt = x (ρ − z) − y,   dz/dt = x y − β z
+
+    Dimensionless. Chaotic for the classic σ = 10, ρ = 28, β = 8/3.
+
+    **Arguments:** `sigma`, `rho`, `beta` (scalars; array fields, so they can be
+    differentiated and swept).
+    """
+
+    sigma: jax.Array = eqx.field(converter=jnp.asarray, default=10.0)
+    rho: jax.Array = eqx.field(converter=jnp.asarray, default=28.0)
+    beta: jax.Array = eqx.field(converter=jnp.asarray, default=8.0 / 3.0)
+    n_components: ClassVar[int] = 3
+
+    def vector_field(self, t, y, args=None):
+        x, yy, z = components(y, 3, "Lorenz")
+        return like(y, self.sigma * (yy - x), x * (self.rho - z) - yy, x * yy - self.beta * z)
+
+    def default_state(self):
+        return jnp.array([1.0, 1.0, 1.0])
