@@ -9,3 +9,4 @@ from ._base import (
 )
 from ._chaotic import Lorenz as Lorenz
 from ._particles import HarmonicOscillator as HarmonicOscillator, Kepler as Kepler
+from ._oscillators import VanDerPol as VanDerPol
