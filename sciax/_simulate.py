@@ -32,6 +32,7 @@ def simulate(
     save_states: bool = True,
     adjoint: AbstractAdjoint = DirectAdjoint(),
     check_finite: bool = False,
+    step_offset=0,
 ) -> Trajectory:
     """Step `system` from `state0` with a fixed step and save every `save_every` steps.
 
@@ -57,6 +58,9 @@ def simulate(
     - `save_states`: keep the states (set False to keep only observables and bound memory).
     - `adjoint`: `DirectAdjoint()` or `CheckpointAdjoint()` (see `sciax.adjoint`).
     - `check_finite`: raise `NonFiniteStateError` naming the first frame with NaN/Inf.
+    - `step_offset`: global index of the first step, for continuing a run in chunks: the
+      per-step keys are `fold_in(key, step_offset + n)`, so a run split into chunks draws the
+      same noise as one call. Time still starts at `t0`.
 
     **Returns:** a `Trajectory`.
 
@@ -74,10 +78,11 @@ def simulate(
     dt = jnp.asarray(dt, dtype=dtype)
     t0 = jnp.asarray(t0, dtype=dtype)
     observables = dict(observables or {})
+    step_offset = jnp.asarray(step_offset, dtype=jnp.int32)
     componentwise = _use_componentwise_layout(system, state0)
     traj = _rollout(
         system, state0, integrator, dt, t0, key, args, observables, n_steps, save_every,
-        save_states, adjoint, componentwise,
+        save_states, adjoint, componentwise, step_offset,
     )
     if check_finite:
         traj = _check_finite(traj)
@@ -133,7 +138,7 @@ def _frame_is_finite(state):
 
 @eqx.filter_jit
 def _rollout(system, state0, integrator, dt, t0, key, args, observables, n_steps, save_every,
-             save_states, adjoint, componentwise):
+             save_states, adjoint, componentwise, step_offset):
     n_frames = n_steps // save_every
     to_user = (lambda y: jnp.stack(y)) if componentwise else (lambda y: y)
     y0 = tuple(state0[i] for i in range(state0.shape[0])) if componentwise else state0
@@ -145,7 +150,7 @@ def _rollout(system, state0, integrator, dt, t0, key, args, observables, n_steps
 
     def one_step(carry, n):
         t = t0 + n.astype(dt.dtype) * dt
-        step_key = None if key is None else jr.fold_in(key, n)
+        step_key = None if key is None else jr.fold_in(key, step_offset + n)
         return integrator.step(system, t, carry, dt, step_key, args), None
 
     if isinstance(adjoint, CheckpointAdjoint) and adjoint.checkpoint_steps:

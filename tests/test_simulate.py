@@ -1,0 +1,231 @@
+"""simulate(): differentiation, transformations, saving, randomness and bad input."""
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import sciax
+from sciax import PhaseSpace
+from sciax import integrators as si
+from sciax.systems import HarmonicOscillator, Kepler, Lorenz
+
+Y0 = jnp.array([1.0, 1.0, 1.0])
+
+
+def lorenz_loss(rho, y0=Y0, adjoint=sciax.DirectAdjoint(), n_steps=200, save_every=10):
+    tr = sciax.simulate(Lorenz(rho=rho), y0, integrator=si.RK4(), dt=0.005, n_steps=n_steps,
+                        save_every=save_every, adjoint=adjoint)
+    return jnp.mean(tr.states**2)
+
+
+def central_difference(f, x, h):
+    return (f(x + h) - f(x - h)) / (2 * h)
+
+
+@pytest.mark.parametrize("adjoint", [sciax.DirectAdjoint(), sciax.CheckpointAdjoint(),
+                                     sciax.CheckpointAdjoint(checkpoint_steps=False)],
+                         ids=["direct", "checkpoint", "checkpoint-blocks-only"])
+def test_grad_matches_finite_differences(adjoint):
+    rho = 28.0
+    g = jax.grad(lorenz_loss)(rho, adjoint=adjoint)
+    fd = central_difference(lambda r: lorenz_loss(r, adjoint=adjoint), rho, 1e-5)
+    np.testing.assert_allclose(g, fd, rtol=1e-6)
+
+
+def test_grad_wrt_initial_state_and_forward_mode():
+    f = lambda y0: lorenz_loss(28.0, y0=y0)  # noqa: E731
+    g = jax.grad(f)(Y0)
+    jf = jax.jacfwd(f)(Y0)
+    fd = np.array([central_difference(lambda s: f(Y0.at[i].set(s)), Y0[i], 1e-6) for i in range(3)])
+    np.testing.assert_allclose(g, fd, rtol=1e-6)
+    np.testing.assert_allclose(jf, g, rtol=1e-12)
+
+
+def test_checkpointed_and_plain_gradients_identical():
+    g_direct = jax.grad(lorenz_loss)(28.0)
+    g_ckpt = jax.grad(lorenz_loss)(28.0, adjoint=sciax.CheckpointAdjoint())
+    np.testing.assert_allclose(g_ckpt, g_direct, rtol=1e-14, atol=0)
+    fwd = jax.jvp(lambda r: lorenz_loss(r, adjoint=sciax.CheckpointAdjoint()), (28.0,), (1.0,))[1]
+    np.testing.assert_allclose(fwd, g_direct, rtol=1e-12)
+
+
+def test_checkpoint_adjoint_memory_scales_with_frames_not_steps():
+    """Reverse-mode residuals: Direct stores every step, Checkpoint one carry per saved frame."""
+
+    def residual_bytes(adjoint, n_steps):
+        f = lambda r: lorenz_loss(r, adjoint=adjoint, n_steps=n_steps, save_every=n_steps // 10)  # noqa: E731
+        _, vjp = jax.vjp(f, 28.0)
+        return sum(x.nbytes for x in jax.tree_util.tree_leaves(vjp))
+
+    direct = [residual_bytes(sciax.DirectAdjoint(), n) for n in (1000, 10_000)]
+    ckpt = [residual_bytes(sciax.CheckpointAdjoint(), n) for n in (1000, 10_000)]
+    assert direct[1] > 8 * direct[0]  # grows with the number of steps
+    assert ckpt[1] == ckpt[0]  # same 10 saved frames: same memory
+    assert ckpt[1] * 100 < direct[1]
+
+
+def test_particle_system_grad_matches_finite_differences():
+    def loss(k):
+        system = HarmonicOscillator(stiffness=k, masses=1.3)
+        s0 = PhaseSpace(jnp.array([1.0, 0.2]), jnp.array([0.0, 0.5]))
+        tr = sciax.simulate(system, s0, integrator=si.VelocityVerlet(), dt=0.01, n_steps=300, save_every=30)
+        return jnp.sum(tr.states.positions**2)
+
+    np.testing.assert_allclose(jax.grad(loss)(2.0), central_difference(loss, 2.0, 1e-6), rtol=1e-6)
+
+
+def test_vmap_equals_loop_and_jit_equals_eager():
+    rhos = jnp.array([10.0, 20.0, 28.0, 35.0])
+    y0s = Y0 + 0.1 * jnp.arange(4.0)[:, None]
+    run = lambda rho, y0: sciax.simulate(Lorenz(rho=rho), y0, integrator=si.RK4(), dt=0.01,  # noqa: E731
+                                         n_steps=100, save_every=10).states
+    batched = jax.vmap(run)(rhos, y0s)
+    looped = jnp.stack([run(r, y) for r, y in zip(rhos, y0s)])
+    np.testing.assert_allclose(batched, looped, rtol=1e-13, atol=1e-13)
+    with jax.disable_jit():
+        eager = run(rhos[2], y0s[2])
+    np.testing.assert_allclose(eager, looped[2], rtol=1e-12, atol=1e-12)
+    jitted = jax.jit(run)(rhos[2], y0s[2])
+    np.testing.assert_allclose(jitted, looped[2], rtol=1e-13, atol=1e-13)
+
+
+def test_componentwise_layout_equals_array_layout():
+    """Library ODEs accept a tuple of scalars or an array; simulate's internal tuple layout
+    gives the same numbers as stepping the array through a system without n_components."""
+
+    class LorenzArray(sciax.systems.AbstractODE):
+        def vector_field(self, t, y, args=None):
+            x, yy, z = y
+            return jnp.stack([10.0 * (yy - x), x * (28.0 - z) - yy, x * yy - 8 / 3 * z])
+
+    a = sciax.simulate(Lorenz(), Y0, integrator=si.RK4(), dt=0.01, n_steps=100).states
+    b = sciax.simulate(LorenzArray(), Y0, integrator=si.RK4(), dt=0.01, n_steps=100).states
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    assert a.shape == (101, 3)
+
+
+def test_saving_frames_times_and_observables():
+    tr = sciax.simulate(Lorenz(), Y0, integrator=si.RK4(), dt=0.01, n_steps=100, save_every=25, t0=2.0,
+                        observables={"x": lambda t, y, s: y[0], "t": lambda t, y, s: t})
+    np.testing.assert_allclose(tr.times, [2.0, 2.25, 2.5, 2.75, 3.0])
+    np.testing.assert_allclose(tr.observables["t"], tr.times)
+    np.testing.assert_array_equal(tr.observables["x"], tr.states[:, 0])
+    np.testing.assert_array_equal(tr.states[0], Y0)
+    fine = sciax.simulate(Lorenz(), Y0, integrator=si.RK4(), dt=0.01, n_steps=100, t0=2.0)
+    np.testing.assert_array_equal(fine.states[::25], tr.states)
+    lean = sciax.simulate(Lorenz(), Y0, integrator=si.RK4(), dt=0.01, n_steps=100, save_every=25,
+                          save_states=False, observables={"x": lambda t, y, s: y[0]})
+    assert lean.states is None
+    np.testing.assert_array_equal(lean.observables["x"], tr.observables["x"])
+    with pytest.raises(ValueError, match="save_states=False"):
+        lean.final_state
+
+
+def test_float32_and_float64_preserved(dtype):
+    tr = sciax.simulate(Lorenz(), Y0.astype(dtype), integrator=si.RK4(), dt=0.01, n_steps=10)
+    assert tr.states.dtype == dtype and tr.times.dtype == dtype
+    g = jax.grad(lambda r: jnp.sum(sciax.simulate(Lorenz(rho=r), Y0.astype(dtype), integrator=si.RK4(),
+                                                  dt=0.01, n_steps=10).final_state))(jnp.asarray(28.0, dtype))
+    assert g.dtype == dtype
+
+
+def test_stochastic_keys_independent_of_saving_and_chunking(key):
+    system = HarmonicOscillator()
+    s0 = PhaseSpace(jnp.array([1.0]), jnp.array([0.0]))
+    integ = si.LangevinBAOAB(kT=1.0, friction=0.5)
+    one = sciax.simulate(system, s0, integrator=integ, dt=0.05, n_steps=100, save_every=1, key=key)
+    coarse = sciax.simulate(system, s0, integrator=integ, dt=0.05, n_steps=100, save_every=50, key=key)
+    np.testing.assert_array_equal(one.states.positions[::50], coarse.states.positions)
+    first = sciax.simulate(system, s0, integrator=integ, dt=0.05, n_steps=40, key=key)
+    second = sciax.simulate(system, first.final_state, integrator=integ, dt=0.05, n_steps=60, key=key,
+                            t0=first.times[-1], step_offset=40)
+    np.testing.assert_allclose(second.final_state.positions, one.final_state.positions, rtol=1e-12)
+    other = sciax.simulate(system, s0, integrator=integ, dt=0.05, n_steps=100, key=jr.fold_in(key, 1))
+    assert not np.allclose(other.final_state.positions, one.final_state.positions)
+
+
+def test_check_finite_names_first_bad_frame():
+    # Euler on a harmonic well with dt far beyond stability grows geometrically until overflow.
+    system = HarmonicOscillator(stiffness=1.0)
+    s0 = PhaseSpace(jnp.array([1.0], jnp.float32), jnp.array([0.0], jnp.float32))
+    tr = sciax.simulate(system, s0, integrator=si.Euler(), dt=10.0, n_steps=100)
+    bad = tr.first_nonfinite_frame()
+    assert bad is not None and bool(tr.finite[bad - 1]) and not bool(tr.finite[bad])
+    with pytest.raises(sciax.NonFiniteStateError, match=f"by frame {bad} \\(t = {10.0 * bad:g}\\)") as info:
+        sciax.simulate(system, s0, integrator=si.Euler(), dt=10.0, n_steps=100, check_finite=True)
+    assert info.value.frame == bad
+    ok = sciax.simulate(system, s0, integrator=si.Euler(), dt=0.01, n_steps=10, check_finite=True)
+    assert ok.first_nonfinite_frame() is None
+
+
+def test_check_finite_under_jit_raises():
+    system = HarmonicOscillator(stiffness=1.0)
+    s0 = PhaseSpace(jnp.array([1.0], jnp.float32), jnp.array([0.0], jnp.float32))
+    f = jax.jit(lambda s: sciax.simulate(system, s, integrator=si.Euler(), dt=10.0, n_steps=100,
+                                         check_finite=True).times)
+    with pytest.raises(Exception, match="non-finite"):
+        jax.block_until_ready(f(s0))
+
+
+class TestBadInput:
+    def run(self, **overrides):
+        kw = dict(integrator=si.RK4(), dt=0.01, n_steps=10)
+        kw.update(overrides)
+        state = kw.pop("state", Y0)
+        system = kw.pop("system", Lorenz())
+        return sciax.simulate(system, state, **kw)
+
+    def test_state_shape_mismatch(self):
+        with pytest.raises(sciax.StateMismatchError, match=r"Lorenz expects a state of shape \(3,\), got array of shape \(2,\)"):
+            self.run(state=jnp.array([1.0, 2.0]))
+
+    def test_particle_state_mismatch(self):
+        with pytest.raises(sciax.StateMismatchError, match="expects a sciax.PhaseSpace"):
+            sciax.simulate(Kepler(), jnp.zeros(4), integrator=si.VelocityVerlet(), dt=0.01, n_steps=10)
+        with pytest.raises(sciax.StateMismatchError, match="same shape"):
+            sciax.simulate(Kepler(), PhaseSpace(jnp.zeros(2), jnp.zeros(3)), integrator=si.VelocityVerlet(),
+                           dt=0.01, n_steps=10)
+
+    def test_integer_state(self):
+        with pytest.raises(sciax.StateMismatchError, match="floating point"):
+            self.run(state=jnp.array([1, 0, 0]))
+
+    @pytest.mark.parametrize("dt", [0.0, -0.1, float("nan"), float("inf")])
+    def test_bad_dt(self, dt):
+        with pytest.raises(ValueError, match="`dt` must be positive and finite"):
+            self.run(dt=dt)
+
+    def test_non_scalar_dt(self):
+        with pytest.raises(ValueError, match="`dt` must be a scalar"):
+            self.run(dt=jnp.array([0.1, 0.2]))
+
+    def test_n_steps_not_multiple_of_save_every(self):
+        with pytest.raises(ValueError, match=r"`n_steps` \(10\) must be a multiple of `save_every` \(3\)"):
+            self.run(save_every=3)
+
+    @pytest.mark.parametrize("n", [0, -5, 2.5, True])
+    def test_bad_n_steps(self, n):
+        with pytest.raises((ValueError, TypeError), match="`n_steps`"):
+            self.run(n_steps=n)
+
+    def test_missing_key_for_stochastic(self):
+        with pytest.raises(ValueError, match="LangevinBAOAB is stochastic: pass `key="):
+            sciax.simulate(HarmonicOscillator(), HarmonicOscillator().default_state(),
+                           integrator=si.LangevinBAOAB(kT=1.0, friction=1.0), dt=0.01, n_steps=10)
+
+    def test_bad_key(self):
+        with pytest.raises(TypeError, match="`key` must be a jax.random key"):
+            sciax.simulate(HarmonicOscillator(), HarmonicOscillator().default_state(),
+                           integrator=si.LangevinBAOAB(kT=1.0, friction=1.0), dt=0.01, n_steps=10, key=3)
+
+    def test_wrong_integrator_for_system(self):
+        with pytest.raises(TypeError, match="VelocityVerlet steps an AbstractHamiltonian"):
+            self.run(integrator=si.VelocityVerlet())
+        with pytest.raises(TypeError, match="`integrator` must be a sciax.integrators method"):
+            self.run(integrator="RK4")
+
+    def test_bad_observables(self):
+        with pytest.raises(TypeError, match="`observables` must be a dict"):
+            self.run(observables=[lambda t, y, s: y])
