@@ -5,6 +5,7 @@ from ._adjoint import (
     AbstractAdjoint as AbstractAdjoint,
     CheckpointAdjoint as CheckpointAdjoint,
     DirectAdjoint as DirectAdjoint,
+    ReversibleAdjoint as ReversibleAdjoint,
 )
 from ._errors import NonFiniteStateError as NonFiniteStateError, StateMismatchError as StateMismatchError
 from ._simulate import simulate as simulate

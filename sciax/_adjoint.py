@@ -28,3 +28,29 @@ class CheckpointAdjoint(AbstractAdjoint):
     """
 
     checkpoint_steps: bool = eqx.field(static=True, default=True)
+
+
+class ReversibleAdjoint(AbstractAdjoint):
+    """O(1)-memory reverse mode for time-reversible integrators (velocity Verlet, leapfrog,
+    Yoshida 4).
+
+    The forward pass keeps only the final carry. The backward pass walks the trajectory
+    backwards: it rebuilds the state before each step by stepping the *same* integrator with
+    `-dt` (these methods are their own inverse in exact arithmetic), then pulls the cotangent
+    through that one step with `jax.vjp`. Memory is independent of `n_steps` (it is the
+    saved frames plus a few states); the backward pass costs about three forward steps per
+    step (one reverse step, one step replayed under `vjp`).
+
+    **Error bound.** In floating point the reconstructed state differs from the forward state
+    by round-off: for a stable (non-chaotic) system the reconstruction error after n steps is
+    about ε·n·|q| at worst (ε the unit round-off: 1.1e-16 in float64, 6e-8 in float32), so the
+    relative gradient error is of the same order — about 1e-11 after 10^5 float64 steps. For
+    chaotic dynamics the reconstruction error grows like e^{λ t} (λ the largest Lyapunov
+    exponent), exactly as for the forward trajectory itself; use `CheckpointAdjoint` when
+    λ·T ≳ 20 in float64. To check a case, run forward, flip the velocities and run again:
+    the distance to the initial state is the reconstruction error the backward pass sees.
+
+    Not supported: stochastic integrators (noise is not reversible), forward-mode autodiff
+    (`jax.jvp`; use `DirectAdjoint` or `CheckpointAdjoint`), and gradients with respect to
+    `t0` (the symplectic methods here never read the time).
+    """

@@ -9,7 +9,7 @@ import jax.random as jr
 import jax.tree_util as jtu
 from jax import lax
 
-from ._adjoint import AbstractAdjoint, CheckpointAdjoint, DirectAdjoint
+from ._adjoint import AbstractAdjoint, CheckpointAdjoint, DirectAdjoint, ReversibleAdjoint
 from ._errors import NonFiniteStateError
 from ._trajectory import Trajectory
 from ._validation import describe, is_concrete, positive_finite_scalar, positive_int, state_dtype
@@ -56,7 +56,9 @@ def simulate(
     - `args`: passed to `vector_field(t, y, args)`.
     - `observables`: dict name -> `fn(t, state, system)` evaluated at every saved frame.
     - `save_states`: keep the states (set False to keep only observables and bound memory).
-    - `adjoint`: `DirectAdjoint()` or `CheckpointAdjoint()` (see `sciax.adjoint`).
+    - `adjoint`: how reverse mode differentiates the rollout: `DirectAdjoint()` (stores
+      every step), `CheckpointAdjoint()` (memory grows with saved frames, not steps) or
+      `ReversibleAdjoint()` (memory independent of steps; symplectic integrators only).
     - `check_finite`: raise `NonFiniteStateError` naming the first frame with NaN/Inf.
     - `step_offset`: global index of the first step, for continuing a run in chunks: the
       per-step keys are `fold_in(key, step_offset + n)`, so a run split into chunks draws the
@@ -98,7 +100,15 @@ def _validate(system, state0, integrator, dt, n_steps, save_every, key, observab
             f"got {type(integrator).__name__}."
         )
     if not isinstance(adjoint, AbstractAdjoint):
-        raise TypeError(f"simulate: `adjoint` must be DirectAdjoint() or CheckpointAdjoint(), got {adjoint!r}.")
+        raise TypeError(
+            "simulate: `adjoint` must be DirectAdjoint(), CheckpointAdjoint() or ReversibleAdjoint(), "
+            f"got {adjoint!r}."
+        )
+    if isinstance(adjoint, ReversibleAdjoint) and (not integrator.reversible or integrator.stochastic):
+        raise ValueError(
+            f"ReversibleAdjoint needs a deterministic time-reversible integrator (VelocityVerlet, "
+            f"Leapfrog, Yoshida4), got {type(integrator).__name__}; use CheckpointAdjoint() instead."
+        )
     integrator.check_system(system)
     system.check_state(state0)
     dtype = state_dtype(state0)
@@ -139,39 +149,131 @@ def _frame_is_finite(state):
 @eqx.filter_jit
 def _rollout(system, state0, integrator, dt, t0, key, args, observables, n_steps, save_every,
              save_states, adjoint, componentwise, step_offset):
-    n_frames = n_steps // save_every
-    to_user = (lambda y: jnp.stack(y)) if componentwise else (lambda y: y)
+    frames = _Frames(integrator, observables, save_every, n_steps // save_every, save_states,
+                     componentwise, adjoint)
     y0 = tuple(state0[i] for i in range(state0.shape[0])) if componentwise else state0
-
-    def record(carry, t):
-        state = to_user(integrator.state(carry))
-        obs = {name: fn(t, state, system) for name, fn in observables.items()}
-        return (state if save_states else None), obs, _frame_is_finite(state)
-
-    def one_step(carry, n):
-        t = t0 + n.astype(dt.dtype) * dt
-        step_key = None if key is None else jr.fold_in(key, step_offset + n)
-        return integrator.step(system, t, carry, dt, step_key, args), None
-
-    if isinstance(adjoint, CheckpointAdjoint) and adjoint.checkpoint_steps:
-        one_step = jax.checkpoint(one_step)
-
-    def block(carry, frame):
-        first = frame * save_every
-        carry, _ = lax.scan(one_step, carry, first + jnp.arange(save_every))
-        return carry, record(carry, t0 + (first + save_every).astype(dt.dtype) * dt)
-
-    if isinstance(adjoint, CheckpointAdjoint):
-        block = jax.checkpoint(block)
-
     carry0 = integrator.init(system, t0, y0, args)
-    _, frames = lax.scan(block, carry0, jnp.arange(n_frames))
-    first = record(carry0, t0)
-    states, obs, finite = jtu.tree_map(
-        lambda a, b: jnp.concatenate([a[None], b]), first, frames
-    )
-    times = t0 + (jnp.arange(n_frames + 1) * save_every).astype(dt.dtype) * dt
+    if isinstance(adjoint, ReversibleAdjoint):
+        saved = _reversible_frames((system, carry0, dt, args), frames, t0)
+    else:
+        saved = frames.scan(system, carry0, dt, t0, key, args, step_offset)[1]
+    first = frames.record(system, carry0, t0)
+    states, obs, finite = jtu.tree_map(lambda a, b: jnp.concatenate([a[None], b]), first, saved)
+    times = t0 + (jnp.arange(frames.n_frames + 1) * save_every).astype(dt.dtype) * dt
     return Trajectory(times=times, states=states, observables=obs, finite=finite)
+
+
+class _Frames(eqx.Module):
+    """The static plan of a rollout: how to take a step, a block of steps, and record a frame."""
+
+    integrator: AbstractIntegrator
+    observables: dict = eqx.field(static=True)
+    save_every: int = eqx.field(static=True)
+    n_frames: int = eqx.field(static=True)
+    save_states: bool = eqx.field(static=True)
+    componentwise: bool = eqx.field(static=True)
+    adjoint: AbstractAdjoint
+
+    def to_user(self, y):
+        return jnp.stack(y) if self.componentwise else y
+
+    def record(self, system, carry, t):
+        """(state or None, observables, all-finite flag) of one frame."""
+        state = self.to_user(self.integrator.state(carry))
+        obs = {name: fn(t, state, system) for name, fn in self.observables.items()}
+        return (state if self.save_states else None), obs, _frame_is_finite(state)
+
+    def time(self, t0, dt, n):
+        return t0 + n.astype(dt.dtype) * dt
+
+    def scan(self, system, carry0, dt, t0, key, args, step_offset):
+        """Outer scan over frames, inner scan over steps. Returns (final carry, frames 1..n)."""
+
+        def one_step(carry, n):
+            step_key = None if key is None else jr.fold_in(key, step_offset + n)
+            return self.integrator.step(system, self.time(t0, dt, n), carry, dt, step_key, args), None
+
+        if isinstance(self.adjoint, CheckpointAdjoint) and self.adjoint.checkpoint_steps:
+            one_step = jax.checkpoint(one_step)
+
+        def block(carry, frame):
+            first = frame * self.save_every
+            carry, _ = lax.scan(one_step, carry, first + jnp.arange(self.save_every))
+            return carry, self.record(system, carry, self.time(t0, dt, first + self.save_every))
+
+        if isinstance(self.adjoint, CheckpointAdjoint):
+            block = jax.checkpoint(block)
+        return lax.scan(block, carry0, jnp.arange(self.n_frames))
+
+
+@eqx.filter_custom_vjp
+def _reversible_frames(diff, frames: _Frames, t0):
+    system, carry0, dt, args = diff
+    return frames.scan(system, carry0, dt, t0, None, args, 0)[1]
+
+
+@_reversible_frames.def_fwd
+def _reversible_frames_fwd(perturbed, diff, frames: _Frames, t0):
+    system, carry0, dt, args = diff
+    final_carry, saved = frames.scan(system, carry0, dt, t0, None, args, 0)
+    return saved, final_carry
+
+
+@_reversible_frames.def_bwd
+def _reversible_frames_bwd(final_carry, ct_saved, perturbed, diff, frames: _Frames, t0):
+    """Walk back from the final carry: rebuild each earlier carry by a step of -dt, then pull
+    the cotangent through the forward step with jax.vjp. Memory: O(1) in the number of steps."""
+    system, carry0, dt, args = diff
+    integrator = frames.integrator
+    sys_diff, sys_static = eqx.partition(system, eqx.is_inexact_array)
+    args_diff, args_static = eqx.partition(args, eqx.is_inexact_array)
+    ct_states, ct_obs, _ = ct_saved
+
+    def step_from(sys_d, carry, dt_, args_d, n):
+        return integrator.step(eqx.combine(sys_d, sys_static), frames.time(t0, dt, n), carry, dt_,
+                               None, eqx.combine(args_d, args_static))
+
+    def record_diff(sys_d, carry, t):
+        state, obs, _ = frames.record(eqx.combine(sys_d, sys_static), carry, t)
+        return state, obs
+
+    def back_step(acc, n):
+        carry_next, ct_carry, g_sys, g_dt, g_args = acc
+        carry = integrator.step(system, frames.time(t0, dt, n + 1), carry_next, -dt, None, args)
+        _, vjp = jax.vjp(lambda s, c, h, a: step_from(s, c, h, a, n), sys_diff, carry, dt, args_diff)
+        d_sys, d_carry, d_dt, d_args = vjp(ct_carry)
+        return (carry, d_carry, _tree_add(g_sys, d_sys), g_dt + d_dt, _tree_add(g_args, d_args)), None
+
+    def back_block(acc, frame):
+        carry_end, ct_carry = acc[0], acc[1]
+        last = (frame + 1) * frames.save_every
+        ct_frame = (None if ct_states is None else _index(ct_states, frame), _index(ct_obs, frame))
+        t_frame = frames.time(t0, dt, last)
+        out, vjp = jax.vjp(lambda s, c: record_diff(s, c, t_frame), sys_diff, carry_end)
+        d_sys, d_carry = vjp(_zeros_where_none(ct_frame, out))
+        acc = (carry_end, _tree_add(ct_carry, d_carry), _tree_add(acc[2], d_sys)) + acc[3:]
+        acc, _ = lax.scan(back_step, acc, last - 1 - jnp.arange(frames.save_every))
+        return acc, None
+
+    zeros = lambda tree: jtu.tree_map(jnp.zeros_like, tree)  # noqa: E731
+    acc0 = (final_carry, zeros(final_carry), zeros(sys_diff), jnp.zeros_like(dt), zeros(args_diff))
+    acc, _ = lax.scan(back_block, acc0, frames.n_frames - 1 - jnp.arange(frames.n_frames))
+    _, ct_carry0, g_sys, g_dt, g_args = acc
+    return g_sys, ct_carry0, g_dt, g_args
+
+
+def _tree_add(a, b):
+    return jtu.tree_map(lambda x, y: x + y, a, b)
+
+
+def _index(tree, i):
+    return jtu.tree_map(lambda x: None if x is None else x[i], tree, is_leaf=lambda x: x is None)
+
+
+def _zeros_where_none(ct, like):
+    """Cotangents of outputs that were not differentiated arrive as None: use zeros instead."""
+    return jtu.tree_map(lambda c, x: jnp.zeros_like(x) if c is None else c, ct, like,
+                        is_leaf=lambda x: x is None)
 
 
 def _check_finite(traj: Trajectory) -> Trajectory:
