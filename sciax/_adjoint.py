@@ -5,6 +5,9 @@
 - `CheckpointAdjoint`: rematerialises each saved block (the `save_every` steps between two
   frames) in the backward pass, so reverse-mode memory grows with the number of saved frames,
   not with the number of steps; forward mode works too. Gradients equal `DirectAdjoint`'s.
+  The default: measured on a 1,000-member, 1,000-step RK4 Lorenz loss (float64, one core)
+  its forward+gradient took 5–6x the forward, against ~30x for `DirectAdjoint`, whose
+  stored intermediates make the backward pass memory-bound.
 """
 
 import equinox as eqx
