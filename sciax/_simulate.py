@@ -9,7 +9,7 @@ import jax.random as jr
 import jax.tree_util as jtu
 from jax import lax
 
-from ._adjoint import AbstractAdjoint, CheckpointAdjoint, DirectAdjoint, ReversibleAdjoint
+from ._adjoint import AbstractAdjoint, CheckpointAdjoint, ReversibleAdjoint
 from ._errors import NonFiniteStateError
 from ._trajectory import Trajectory
 from ._validation import describe, is_concrete, positive_finite_scalar, positive_int, state_dtype
@@ -62,9 +62,10 @@ def simulate(
       (stores every step) or `ReversibleAdjoint()` (memory independent of steps; symplectic
       integrators only). None of them costs anything when nothing is differentiated.
     - `check_finite`: raise `NonFiniteStateError` naming the first frame with NaN/Inf.
-    - `step_offset`: global index of the first step, for continuing a run in chunks: the
-      per-step keys are `fold_in(key, step_offset + n)`, so a run split into chunks draws the
-      same noise as one call. Time still starts at `t0`.
+    - `step_offset`: global index of the first step, for continuing a run in chunks: step `n`
+      of this call runs from time `t0 + (step_offset + n) dt` with key
+      `fold_in(key, step_offset + n)`, so a run split into chunks (same `t0`, each chunk
+      starting from the previous final state) is bitwise equal to one call.
 
     **Returns:** a `Trajectory`.
 
@@ -82,7 +83,9 @@ def simulate(
     dt = jnp.asarray(dt, dtype=dtype)
     t0 = jnp.asarray(t0, dtype=dtype)
     observables = dict(observables or {})
-    step_offset = jnp.asarray(step_offset, dtype=jnp.int32)
+    step_offset = jnp.asarray(step_offset)
+    if jnp.ndim(step_offset) != 0 or not jnp.issubdtype(step_offset.dtype, jnp.integer):
+        raise TypeError(f"`step_offset` must be an integer scalar, got {describe(step_offset)}.")
     componentwise = _use_componentwise_layout(system, state0)
     traj = _rollout(
         system, state0, integrator, dt, t0, key, args, observables, n_steps, save_every,
@@ -154,14 +157,14 @@ def _rollout(system, state0, integrator, dt, t0, key, args, observables, n_steps
     frames = _Frames(integrator, observables, save_every, n_steps // save_every, save_states,
                      componentwise, adjoint)
     y0 = tuple(state0[i] for i in range(state0.shape[0])) if componentwise else state0
-    carry0 = integrator.init(system, t0, y0, args)
+    carry0 = integrator.init(system, frames.time(t0, dt, step_offset), y0, args)
     if isinstance(adjoint, ReversibleAdjoint):
-        saved = _reversible_frames((system, carry0, dt, args), frames, t0)
+        saved = _reversible_frames((system, carry0, dt, args), frames, frames.time(t0, dt, step_offset))
     else:
         saved = frames.scan(system, carry0, dt, t0, key, args, step_offset)[1]
-    first = frames.record(system, carry0, t0)
+    first = frames.record(system, carry0, frames.time(t0, dt, step_offset))
     states, obs, finite = jtu.tree_map(lambda a, b: jnp.concatenate([a[None], b]), first, saved)
-    times = t0 + (jnp.arange(frames.n_frames + 1) * save_every).astype(dt.dtype) * dt
+    times = frames.time(t0, dt, step_offset + jnp.arange(frames.n_frames + 1) * save_every)
     return Trajectory(times=times, states=states, observables=obs, finite=finite)
 
 
@@ -192,7 +195,8 @@ class _Frames(eqx.Module):
         """Outer scan over frames, inner scan over steps. Returns (final carry, frames 1..n)."""
 
         def one_step(carry, n):
-            step_key = None if key is None else jr.fold_in(key, step_offset + n)
+            n = step_offset + n
+            step_key = None if key is None else jr.fold_in(key, n)
             return self.integrator.step(system, self.time(t0, dt, n), carry, dt, step_key, args), None
 
         if isinstance(self.adjoint, CheckpointAdjoint) and self.adjoint.checkpoint_steps:
@@ -201,7 +205,7 @@ class _Frames(eqx.Module):
         def block(carry, frame):
             first = frame * self.save_every
             carry, _ = lax.scan(one_step, carry, first + jnp.arange(self.save_every))
-            return carry, self.record(system, carry, self.time(t0, dt, first + self.save_every))
+            return carry, self.record(system, carry, self.time(t0, dt, step_offset + first + self.save_every))
 
         if isinstance(self.adjoint, CheckpointAdjoint):
             block = jax.checkpoint(block)

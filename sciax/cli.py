@@ -1,0 +1,106 @@
+"""The `sciax` command: `sciax info`, `sciax run SCENARIO.toml`.
+
+Also runnable as `python -m sciax.cli ...`. Exit status: 0 success, 1 the run failed (NaN/Inf,
+or an unexpected error), 2 bad input (scenario file, arguments, a refused `--resume`),
+130 interrupted (Ctrl-C; continue with `--resume`).
+"""
+
+import argparse
+import importlib.metadata
+import os
+import platform
+import sys
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def info(stream=None) -> None:
+    """Print versions, the JAX backend and devices, the default float precision and CPU count."""
+    stream = sys.stdout if stream is None else stream
+    import jax
+    import jax.numpy as jnp
+
+    from ._version import __version__
+
+    out = [f"sciax {__version__}",
+           f"python {platform.python_version()} ({sys.executable})",
+           f"platform {platform.platform()}"]
+    for dist in ("jax", "jaxlib", "equinox", "diffrax", "optimistix", "numpy", "matplotlib"):
+        out.append(f"{dist} {_version(dist)}")
+    devices = jax.devices()
+    out.append(f"jax backend: {jax.default_backend()}")
+    out.append(f"devices ({len(devices)}): " + ", ".join(f"{d} [{d.device_kind}]" for d in devices))
+    x64 = bool(jax.config.jax_enable_x64)
+    out.append(f"x64 enabled: {x64} (default float precision: {jnp.zeros(()).dtype}; scenarios with "
+               'precision = "float64" enable x64)')
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    out.append(f"cpu count: {os.cpu_count()} (available to this process: {available})")
+    stream.write("\n".join(out) + "\n")
+
+
+def _run(args) -> int:
+    from ._errors import NonFiniteStateError
+    from .runner import run
+    from .scenario import ScenarioError, load_scenario
+
+    try:
+        scenario = load_scenario(args.scenario, n_steps=args.n_steps)
+        result = run(scenario, args.out, resume=args.resume, progress=not args.quiet)
+    except ScenarioError as e:  # includes ResumeError
+        print(f"sciax run: error: {e}", file=sys.stderr)
+        return 2
+    except NonFiniteStateError as e:
+        print(f"sciax run: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        out = args.out or scenario.output_dir
+        print(f"sciax run: interrupted; the outputs so far and a checkpoint are in {out}/; "
+              "continue with --resume.", file=sys.stderr)
+        return 130
+    s = result.summary
+    if not args.quiet:
+        rate = f", {s['steps_per_second']:.3g} steps/s" if s["steps_per_second"] else ""
+        print(f"{scenario.name}: {result.status}, {s['steps_done']} steps, {s['n_frames']} frames, "
+              f"{s['wall_time_s']:.2f} s{rate} ({s['precision']}, {s['backend']})")
+        for name, d in s["conserved"].items():
+            if d["max_relative_error"] is not None:
+                print(f"  {name}: relative drift {d['final_relative_drift']:.3e} at the end, "
+                      f"{d['max_relative_error']:.3e} at most")
+            else:
+                print(f"  {name}: absolute drift {d['final_abs_drift']:.3e} at the end, "
+                      f"{d['max_abs_error']:.3e} at most (initial value ~0)")
+        print(f"outputs in {result.out_dir}/: " + ", ".join(s["files"]))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sciax", description="sciax: differentiable physics on JAX.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("info", help="versions, JAX backend and devices, precision, CPU count")
+    p = sub.add_parser("run", help="run a scenario file (e.g. sims/lorenz.toml)",
+                       description="Run a scenario file; outputs go to runs/<name>/ unless --out is given.")
+    p.add_argument("scenario", help="scenario TOML file")
+    p.add_argument("--out", metavar="DIR", default=None, help="output folder (default: [output] dir or runs/<name>)")
+    p.add_argument("--resume", action="store_true", help="continue from the checkpoint in the output folder")
+    p.add_argument("--quiet", action="store_true", help="no progress line or summary")
+    p.add_argument("--n-steps", type=int, metavar="N", default=None,
+                   help="override [run] n_steps (e.g. a short smoke test); a multiple of save_every")
+    return parser
+
+
+def main(argv=None) -> int:
+    """Entry point of the `sciax` console script."""
+    args = _parser().parse_args(argv)
+    if args.command == "info":
+        info()
+        return 0
+    return _run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,479 @@
+"""The host driver for long runs: jitted chunks of `simulate`, progress, streaming frames to
+disk, atomic checkpoints, `--resume`, and NaN/Inf reports that name the step.
+
+Files in the output folder (default `runs/<scenario name>/`):
+
+- `scenario.toml`: a copy of the scenario file (with a comment naming any overrides).
+- `trajectory.npz`: `times`, the states (`states` or `states.positions`, ...), `observables.<name>`,
+  `finite`; read it with `numpy.load` or `sciax.io.load_trajectory`.
+- `observables.csv`: time + one column per observable component (when there are observables).
+- `states.csv`: time + one column per state component (`[output] states_csv`; by default when
+  the state has at most 64 components).
+- `plot.png`: a picture of the run (`[output] plot`).
+- `summary.json`: status, wall time, steps, steps/s, precision, drift of conserved quantities.
+- `checkpoint.npz`, `chunks/`: the state after the last completed chunk and the frames of each
+  chunk; `sciax run --resume` continues from them. `chunks/` is merged into `trajectory.npz`
+  after every run and may be deleted once a run is complete (the run then cannot be extended).
+
+Each chunk is one `simulate` call of `chunk_steps` steps (compiled once; a shorter last chunk
+compiles once more). Every chunk continues the global step count: step `n` of the run uses time
+`t0 + n dt` and key `jax.random.fold_in(key, n)` whatever the chunking, so a chunked run equals
+one `simulate` call of the whole length (states bitwise, in our tests) and a resumed run equals
+an uninterrupted one. Write order per chunk: chunk frames (atomic) -> CSV rows (one write, the
+sizes recorded) -> checkpoint (atomic). A crash loses at most the chunk in flight; a resume
+truncates the CSVs back to the sizes in the checkpoint and deletes chunk files it does not list.
+
+Integrators whose loop carry holds more than the state (none in the library today) are
+re-initialised from the state at each chunk boundary.
+"""
+
+import dataclasses
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+
+from . import io as sio
+from ._errors import NonFiniteStateError
+from ._simulate import simulate
+from ._version import __version__
+from .scenario import MAX_AUTO_STATE_COLUMNS, Built, Scenario, ScenarioError
+
+CHECKPOINT_FORMAT = "sciax-checkpoint-1"
+_CHUNK_PREFIX = "frames_"
+
+
+class ResumeError(ScenarioError):
+    """`--resume` refused: the checkpoint belongs to a different scenario or cannot be used."""
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What `run` did.
+
+    - `out_dir`: the output folder. `status`: `"completed"` or `"interrupted"` (stopped by
+      `max_chunks` or Ctrl-C; continue with `resume=True`).
+    - `steps_done`: steps completed in total (all invocations). `summary`: the `summary.json` dict.
+    """
+
+    out_dir: Path
+    status: str
+    steps_done: int
+    summary: dict
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class _Progress:
+    """One status line on stderr: steps done / total, steps/s, ETA. Redrawn in place on a TTY."""
+
+    def __init__(self, name: str, total: int, stream, enabled: bool):
+        self.name, self.total, self.stream, self.enabled = name, total, stream, enabled
+        self.tty = enabled and hasattr(stream, "isatty") and stream.isatty()
+        self.last_print = -math.inf
+
+    def update(self, done: int, session_steps: int, elapsed: float, *, final: bool = False):
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not (final or self.tty or now - self.last_print >= 2.0):
+            return
+        self.last_print = now
+        rate = session_steps / elapsed if elapsed > 0 else float("nan")
+        eta = (self.total - done) / rate if rate > 0 else float("nan")
+        pct = 100.0 * done / self.total if self.total else 100.0
+        line = (f"{self.name}: {done}/{self.total} steps ({pct:5.1f}%)  {rate:.3g} steps/s  "
+                f"ETA {_hms(eta)}")
+        if self.tty:
+            self.stream.write("\r" + line + ("\n" if final else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def message(self, text: str):
+        if self.enabled:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+
+def _hms(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "--:--:--"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+# --------------------------------------------------------------------------- layout
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    root: Path
+
+    @property
+    def chunks(self) -> Path:
+        return self.root / "chunks"
+
+    def __getattr__(self, name):
+        files = {"scenario": "scenario.toml", "trajectory": "trajectory.npz", "summary": "summary.json",
+                 "observables_csv": "observables.csv", "states_csv": "states.csv", "plot": "plot.png",
+                 "checkpoint": "checkpoint.npz"}
+        if name in files:
+            return self.root / files[name]
+        raise AttributeError(name)
+
+    def chunk_file(self, first_frame: int) -> Path:
+        return self.chunks / f"{_CHUNK_PREFIX}{first_frame:010d}.npz"
+
+    def chunk_files(self) -> list[Path]:
+        if not self.chunks.is_dir():
+            return []
+        return sorted(p for p in self.chunks.iterdir()
+                      if p.name.startswith(_CHUNK_PREFIX) and p.suffix == ".npz")
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def run(scenario: Scenario, out_dir=None, *, resume: bool = False, progress: bool = True,
+        max_chunks: int | None = None, stream=None) -> RunResult:
+    """Run `scenario` in jitted chunks, streaming frames and checkpoints to `out_dir`.
+
+    **Arguments:**
+
+    - `scenario`: a validated `sciax.scenario.Scenario` (`load_scenario(path)`).
+    - `out_dir`: output folder (default `[output] dir`, i.e. `runs/<name>`).
+    - `resume`: continue from `out_dir/checkpoint.npz` (refused if the scenario's physics
+      changed; `n_steps` may grow to extend a run). Without a checkpoint the run starts fresh.
+    - `progress`: print a progress line to `stream` (default `sys.stderr`).
+    - `max_chunks`: stop (status `"interrupted"`) after this many chunks in this call.
+
+    **Returns:** a `RunResult`.
+
+    **Raises:** `ScenarioError` (bad scenario), `ResumeError` (checkpoint from another scenario),
+    `NonFiniteStateError` (the state blew up; `.step`, `.time`, `.frame` and `.out_dir` are set,
+    and every finite frame before it is saved).
+    """
+    stream = sys.stderr if stream is None else stream
+    built = scenario.build()
+    layout = _Layout(Path(out_dir) if out_dir is not None else scenario.output_dir)
+    report = _Progress(scenario.name, scenario.run.n_steps, stream, progress)
+    driver = _Driver(scenario, built, layout, report)
+    driver.prepare(resume)
+    return driver.loop(max_chunks)
+
+
+class _Driver:
+    """State of one `run` call: validate -> prepare (fresh or resume) -> loop -> finalize."""
+
+    def __init__(self, scenario: Scenario, built: Built, layout: _Layout, report: _Progress):
+        self.sc, self.b, self.layout, self.report = scenario, built, layout, report
+        rs = scenario.run
+        self.dtype = built.dtype
+        self.dt = jnp.asarray(rs.dt, dtype=self.dtype)
+        self.t0 = jnp.asarray(rs.t0, dtype=self.dtype)
+        self.int_dtype = jnp.arange(1).dtype
+        self.digits = 17 if self.dtype == jnp.float64 else 9
+        self.state_names = getattr(built.system, "component_names", None)
+        state_cols, _ = sio.frame_columns(_add_frame_axis(built.state0), prefix=self._state_prefix(),
+                                          names=self.state_names)
+        self.state_columns = state_cols
+        want = scenario.output.states_csv
+        self.write_states_csv = want is True or (want == "auto" and len(state_cols) <= MAX_AUTO_STATE_COLUMNS)
+        self.obs_names = sorted(built.observables)
+        self.obs_columns = self._observable_columns()
+        self.start_wall = time.monotonic()
+        self.session_steps = 0
+        self.first_chunk_s = None  # includes compilation
+        self.compute_s = 0.0  # time spent in chunks (simulate + writing frames), for steps/s
+        self.prior_elapsed = 0.0
+        self.resumed_from = None
+
+    # -- setup
+
+    def _state_prefix(self) -> str:
+        return "y" if isinstance(self.b.state0, jax.Array) else ""
+
+    def _observable_columns(self) -> list[str]:
+        shapes = jax.eval_shape(
+            lambda s: {k: f(self.t0, s, self.b.system) for k, f in self.b.observables.items()}, self.b.state0)
+        cols = []
+        for name in self.obs_names:
+            cols += sio.frame_columns(np.zeros((1,) + shapes[name].shape), prefix=name)[0]
+        return cols
+
+    def prepare(self, resume: bool):
+        lay = self.layout
+        if resume and lay.checkpoint.exists():
+            self._resume()
+            return
+        if resume:
+            self.report.message(f"{self.sc.name}: no checkpoint in {lay.root}; starting from step 0.")
+        elif lay.checkpoint.exists():
+            self.report.message(f"{self.sc.name}: replacing the previous run in {lay.root} "
+                                "(use --resume to continue it instead).")
+        self._fresh()
+
+    def _fresh(self):
+        lay = self.layout
+        lay.root.mkdir(parents=True, exist_ok=True)
+        for p in [lay.checkpoint, lay.trajectory, lay.summary, lay.plot, lay.observables_csv,
+                  lay.states_csv, *lay.chunk_files()]:
+            p.unlink(missing_ok=True)
+        self._copy_scenario()
+        self.csv_sizes = {}
+        if self.obs_columns:
+            self.csv_sizes[lay.observables_csv.name] = sio.write_csv_header(lay.observables_csv,
+                                                                            ["time", *self.obs_columns])
+        if self.write_states_csv:
+            self.csv_sizes[lay.states_csv.name] = sio.write_csv_header(lay.states_csv,
+                                                                       ["time", *self.state_columns])
+        self.state = self.b.state0
+        self.steps_done = 0
+        self.chunk_names = []
+        self._checkpoint()
+
+    def _copy_scenario(self):
+        header = f"# copied by sciax {__version__} from {self.sc.source}"
+        if self.sc.overrides:
+            header += "; command-line overrides: " + ", ".join(f"{k}={v}" for k, v in self.sc.overrides.items())
+        with sio.atomic_write(self.layout.scenario, "w") as f:
+            f.write(header + "\n" + self.sc.text)
+
+    def _resume(self):
+        lay = self.layout
+        try:
+            state, meta = sio.load_checkpoint(lay.checkpoint, like=self.b.state0)
+        except ValueError as e:
+            raise ResumeError(f"cannot resume from {lay.checkpoint}: {e} Run without --resume to start over.") \
+                from None
+        if meta.get("format") != CHECKPOINT_FORMAT:
+            raise ResumeError(f"cannot resume: {lay.checkpoint} is not a {CHECKPOINT_FORMAT} checkpoint.")
+        if meta["scenario_hash"] != self.sc.hash():
+            changes = _diff(meta["physics"], self.sc.physics())
+            raise ResumeError(
+                f"refusing to resume: the scenario {self.sc.source} differs from the one the checkpoint in "
+                f"{lay.root} was written for ({'; '.join(changes) or 'contents differ'}). Restore the scenario, "
+                "or run without --resume to start over (this replaces the outputs).")
+        if meta["steps_done"] > self.sc.run.n_steps:
+            raise ResumeError(
+                f"cannot resume: the checkpoint in {lay.root} is at step {meta['steps_done']}, beyond "
+                f"n_steps = {self.sc.run.n_steps}; pass --n-steps {meta['steps_done']} or more.")
+        for name, size in meta["csv_sizes"].items():
+            try:
+                sio.truncate_file(lay.root / name, size)
+            except (OSError, ValueError) as e:
+                raise ResumeError(f"cannot resume: {e} Run without --resume to start over.") from None
+        listed = set(meta["chunk_files"])
+        for p in lay.chunk_files():
+            if p.name not in listed:
+                p.unlink()
+        missing = [n for n in listed if not (lay.chunks / n).exists()]
+        if missing:
+            raise ResumeError(f"cannot resume: chunk files {missing[:3]} listed in {lay.checkpoint} are missing "
+                              "(were chunks/ deleted?). Run without --resume to start over.")
+        self.state = state
+        self.steps_done = meta["steps_done"]
+        self.chunk_names = list(meta["chunk_files"])
+        self.csv_sizes = dict(meta["csv_sizes"])
+        self.prior_elapsed = meta.get("elapsed_s", 0.0)
+        self.resumed_from = self.steps_done
+        self._copy_scenario()
+        self.report.message(f"{self.sc.name}: resuming from step {self.steps_done} of {self.sc.run.n_steps}.")
+
+    def _checkpoint(self):
+        meta = {"format": CHECKPOINT_FORMAT, "scenario_hash": self.sc.hash(), "physics": self.sc.physics(),
+                "steps_done": self.steps_done, "chunk_files": self.chunk_names, "csv_sizes": self.csv_sizes,
+                "elapsed_s": self.prior_elapsed + (time.monotonic() - self.start_wall),
+                "sciax_version": __version__}
+        sio.save_checkpoint(self.layout.checkpoint, self.state, meta)
+
+    # -- the loop
+
+    def loop(self, max_chunks: int | None) -> RunResult:
+        total, chunk = self.sc.run.n_steps, self.sc.run.chunk_steps
+        chunks_run = 0
+        try:
+            while self.steps_done < total:
+                if max_chunks is not None and chunks_run >= max_chunks:
+                    return self._finalize("interrupted")
+                self._run_chunk(min(chunk, total - self.steps_done))
+                chunks_run += 1
+                self.report.update(self.steps_done, self.session_steps, self.compute_s,
+                                   final=self.steps_done == total)
+        except KeyboardInterrupt:  # Ctrl-C: package what the last checkpoint covers, then re-raise
+            self.report.message("")
+            self._finalize("interrupted")
+            raise
+        return self._finalize("completed")
+
+    def _run_chunk(self, n_steps: int):
+        start = time.monotonic()
+        se = self.sc.run.save_every
+        offset = self.steps_done
+        # step_offset: chunk k continues the global step count (time t0 + n dt, key fold_in(key, n)),
+        # so the chunked run is bitwise equal to one simulate call over the whole run.
+        traj = simulate(self.b.system, self.state, integrator=self.b.integrator, dt=self.dt, n_steps=n_steps,
+                        save_every=se, t0=self.t0, key=self.b.key, observables=self.b.observables,
+                        step_offset=jnp.asarray(offset, dtype=self.int_dtype))
+        first_frame = offset // se
+        frames = jnp.arange(first_frame, first_frame + n_steps // se + 1)
+        times = np.asarray(self.t0 + (frames * se).astype(self.dtype) * self.dt)
+        finite = np.asarray(traj.finite)
+        keep_from = 0 if offset == 0 else 1  # frame 0 of a later chunk repeats the previous chunk's last
+        bad = int(np.flatnonzero(~finite)[0]) if self.sc.run.check_finite and not finite.all() else None
+        keep_to = len(times) if bad is None else bad
+        sl = slice(keep_from, keep_to)
+        states = jtu.tree_map(lambda x: np.asarray(x)[sl], traj.states)
+        obs = {k: np.asarray(v)[sl] for k, v in traj.observables.items()}
+        if keep_to > keep_from:
+            self._write_frames(first_frame + keep_from, times[sl], states, obs, finite[sl])
+        if bad is not None:
+            self._non_finite(first_frame + bad, float(times[bad]))
+        self.state = traj.final_state
+        self.steps_done = offset + n_steps
+        self.session_steps += n_steps
+        self._checkpoint()
+        elapsed = time.monotonic() - start
+        self.compute_s += elapsed
+        if self.first_chunk_s is None:
+            self.first_chunk_s = elapsed
+
+    def _write_frames(self, first_frame, times, states, obs, finite):
+        lay = self.layout
+        path = lay.chunk_file(first_frame)
+        sio.save_npz(path, sio.trajectory_arrays(times, states, obs, finite))
+        self.chunk_names.append(path.name)
+        if self.obs_columns:
+            _, block = sio.frame_columns([obs[k] for k in self.obs_names])
+            rows = np.concatenate([times[:, None].astype(np.float64), block], axis=1)
+            self.csv_sizes[lay.observables_csv.name] = sio.append_csv_rows(lay.observables_csv, rows,
+                                                                           digits=self.digits)
+        if self.write_states_csv:
+            _, block = sio.frame_columns(states)
+            rows = np.concatenate([times[:, None].astype(np.float64), block], axis=1)
+            self.csv_sizes[lay.states_csv.name] = sio.append_csv_rows(lay.states_csv, rows, digits=self.digits)
+
+    def _non_finite(self, frame: int, t: float):
+        step = frame * self.sc.run.save_every
+        self.report.message("")
+        summary = self._finalize("non-finite", non_finite={"frame": frame, "step": step, "time": t}).summary
+        last = summary["n_frames"] - 1
+        err = NonFiniteStateError(
+            f"{self.sc.name}: the state became non-finite (NaN/Inf) by step {step} (frame {frame}, t = {t:g}); "
+            f"the last finite frame is {last} (step {max(step - self.sc.run.save_every, 0)}). Everything "
+            f"before it is saved in {self.layout.root}/ (trajectory.npz, CSV files, summary.json). "
+            "Reduce [run] dt or check the initial state and parameters.", frame=frame, time=t)
+        err.step = step
+        err.out_dir = self.layout.root
+        raise err
+
+    # -- outputs
+
+    def _merge(self):
+        parts = [sio.load_npz(self.layout.chunks / n) for n in self.chunk_names]
+        if not parts:
+            return None
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+    def _finalize(self, status: str, non_finite: dict | None = None) -> RunResult:
+        lay = self.layout
+        arrays = self._merge()
+        files = [lay.scenario.name]
+        if arrays is not None:
+            sio.save_npz(lay.trajectory, arrays)
+            files.append(lay.trajectory.name)
+        for p in (lay.observables_csv, lay.states_csv):
+            if p.exists():
+                files.append(p.name)
+        plot_error = None
+        if self.sc.output.plot and arrays is not None:
+            try:
+                self._plot(status, non_finite)
+                files.append(lay.plot.name)
+            except Exception as e:  # a picture must not cost the run's other outputs
+                plot_error = f"{type(e).__name__}: {e}"
+                self.report.message(f"{self.sc.name}: warning: the plot failed ({plot_error}).")
+        files += [lay.summary.name, lay.checkpoint.name, lay.chunks.name + "/"]
+        summary = self._summary(status, arrays, non_finite, plot_error, files)
+        with sio.atomic_write(lay.summary, "w") as f:
+            json.dump(_json_safe(summary), f, indent=2, allow_nan=False)
+            f.write("\n")
+        return RunResult(out_dir=lay.root, status=status, steps_done=self.steps_done, summary=summary)
+
+    def _plot(self, status, non_finite):
+        from .plot import plot_trajectory, save_figure
+
+        traj = sio.load_trajectory(self.layout.trajectory)
+        title = f"{self.sc.name}: {self.sc.system_name}, {self.sc.integrator_name}, dt = {self.sc.run.dt:g}, " \
+                f"{self.sc.run.precision}"
+        if status != "completed":
+            title += f" ({status} at step {non_finite['step'] if non_finite else self.steps_done})"
+        # Under a thermostat (stochastic integrator) "conserved" quantities fluctuate: show values.
+        conserved = () if self.b.integrator.stochastic else self.b.conserved
+        fig = plot_trajectory(traj, system=self.b.system, conserved=conserved, title=title,
+                              component_names=self.state_names)
+        save_figure(fig, self.layout.plot)
+
+    def _summary(self, status, arrays, non_finite, plot_error, files) -> dict:
+        rs = self.sc.run
+        wall = time.monotonic() - self.start_wall
+        n_frames = 0 if arrays is None else int(arrays["times"].shape[0])
+        conserved = {}
+        if arrays is not None:
+            for name in self.b.conserved:
+                conserved[name] = sio.drift_summary(arrays[f"observables.{name}"])
+        devices = jax.devices()
+        return {
+            "scenario": self.sc.name, "source": self.sc.source, "description": self.sc.description,
+            "status": status, "system": self.sc.system_name, "integrator": self.sc.integrator_name,
+            "precision": rs.precision, "dt": rs.dt, "t0": rs.t0,
+            "t_final": float(arrays["times"][-1]) if n_frames else None,
+            "n_steps": rs.n_steps, "steps_done": self.steps_done, "save_every": rs.save_every,
+            "chunk_steps": rs.chunk_steps, "n_frames": n_frames, "overrides": self.sc.overrides,
+            "resumed_from_step": self.resumed_from,
+            "wall_time_s": wall, "total_wall_time_s": self.prior_elapsed + wall,
+            "compute_time_s": self.compute_s, "first_chunk_time_s": self.first_chunk_s,
+            "steps_per_second": self.session_steps / self.compute_s if self.compute_s > 0 else None,
+            "conserved": conserved, "non_finite": non_finite, "plot_error": plot_error,
+            "backend": jax.default_backend(), "devices": [str(d) for d in devices],
+            "x64_enabled": bool(jax.config.jax_enable_x64),
+            "versions": {"sciax": __version__, "jax": jax.__version__, "equinox": eqx.__version__},
+            "scenario_hash": self.sc.hash(), "files": files,
+        }
+
+
+def _add_frame_axis(tree):
+    return jtu.tree_map(lambda x: jnp.asarray(x)[None], tree)
+
+
+def _json_safe(x):
+    """Replace non-finite floats by the strings "inf", "-inf", "nan" (JSON has no such numbers)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_json_safe(v) for v in x]
+    return x
+
+
+def _diff(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """Human-readable differences between two nested dicts: `run.dt: 0.01 -> 0.02`."""
+    out = []
+    for key in sorted(set(old) | set(new), key=str):
+        path = f"{prefix}{key}"
+        a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _diff(a, b, path + ".")
+        elif a != b:
+            out.append(f"{path}: {json.dumps(a)} -> {json.dumps(b)}")
+    return out

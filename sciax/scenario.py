@@ -1,0 +1,678 @@
+"""Declarative scenario files: a TOML schema, validation that names the file and the key, and
+the objects (system, initial state, integrator, observables) a scenario describes.
+
+```toml
+name = "lorenz"                       # optional; default: the file name without .toml
+description = "Lorenz attractor"      # optional
+
+[system]
+name = "Lorenz"                       # any concrete class exported by sciax.systems
+params = { rho = 28.0 }               # constructor arguments (numbers or arrays)
+
+[initial_state]                       # exactly one form (section optional: default = true)
+values = [1.0, 1.0, 1.0]              # ODE state
+# positions = [[1.0, 0.0]]            # particle systems: both positions and velocities
+# velocities = [[0.0, 1.0]]
+# preset = "orbit"                    # calls system.orbit_state(eccentricity = 0.5, ...)
+# eccentricity = 0.5
+# default = true                      # system.default_state()
+
+[integrator]
+name = "RK4"                          # any concrete class exported by sciax.integrators
+params = {}                           # e.g. { kT = 1.0, friction = 0.5 } for LangevinBAOAB
+
+[run]
+dt = 0.005                            # step size (required)
+n_steps = 20000                       # number of steps, a multiple of save_every (required)
+save_every = 2                        # steps between saved frames (default 1)
+t0 = 0.0                              # initial time (default 0)
+precision = "float64"                 # or "float32" (default float64)
+seed = 0                              # key for stochastic integrators (default 0)
+chunk_steps = 10000                   # steps per jitted chunk / checkpoint (multiple of save_every)
+observables = ["conserved"]           # "conserved" = system.conserved_quantities (default)
+check_finite = true                   # stop at the first NaN/Inf frame (default true)
+
+[output]
+dir = "runs/lorenz"                   # default runs/<name>, relative to the current directory
+plot = true                           # write plot.png (default true)
+states_csv = "auto"                   # states.csv: true, false, or "auto" (<= 64 columns)
+```
+
+Errors are `ScenarioError`s whose message names the file, the key (`[run] dt`) and what
+was expected; unknown keys list the valid keys, unknown names list the valid names.
+"""
+
+import dataclasses
+import hashlib
+import inspect
+import json
+import math
+import tomllib
+import typing
+from collections.abc import Callable
+from pathlib import Path
+
+DEFAULT_CHUNK_STEPS = 10_000
+MAX_AUTO_STATE_COLUMNS = 64
+PRECISIONS = ("float64", "float32")
+
+
+class ScenarioError(ValueError):
+    """A scenario is invalid. The message names the file, the key and what was expected."""
+
+
+class _Expected(Exception):
+    """Raised by value checkers; turned into a `ScenarioError` naming file and key."""
+
+
+# --------------------------------------------------------------------------- value checkers
+
+
+def _toml_type(value) -> str:
+    return {bool: "boolean", int: "integer", float: "float", str: "string", list: "array",
+            dict: "table"}.get(type(value), type(value).__name__)
+
+
+def _got(value) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({_toml_type(value)})"
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _string(value):
+    if not isinstance(value, str):
+        raise _Expected("a string")
+    return value
+
+
+def _boolean(value):
+    if not isinstance(value, bool):
+        raise _Expected("true or false")
+    return value
+
+
+def _finite_number(value):
+    if not _is_number(value) or not math.isfinite(value):
+        raise _Expected("a finite number")
+    return float(value)
+
+
+def _positive_number(value):
+    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+        raise _Expected("a positive finite number")
+    return float(value)
+
+
+def _positive_int(value):
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise _Expected("a positive integer")
+    return value
+
+
+def _nonnegative_int(value):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise _Expected("a non-negative integer")
+    return value
+
+
+def _table(value):
+    if not isinstance(value, dict):
+        raise _Expected("a table, e.g. { key = 1.0 }")
+    return value
+
+
+def _string_list(value):
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _Expected('an array of strings, e.g. ["conserved"]')
+    return list(value)
+
+
+def _numeric_array(value):
+    """A number or a rectangular nested array of numbers."""
+
+    def shape(v):
+        if _is_number(v):
+            if not math.isfinite(v):
+                raise _Expected("finite numbers")
+            return ()
+        if isinstance(v, list) and v:
+            shapes = {shape(x) for x in v}
+            if len(shapes) != 1:
+                raise _Expected("a rectangular array of numbers (all rows the same length)")
+            return (len(v),) + shapes.pop()
+        raise _Expected("a number or a (nested) array of numbers")
+
+    shape(value)
+    return value
+
+
+def _vector(value):
+    if not isinstance(value, list):
+        raise _Expected("an array of numbers, e.g. [1.0, 0.0, 0.0]")
+    return _numeric_array(value)
+
+
+def _choice(*options):
+    def check(value):
+        if value not in options:
+            raise _Expected("one of " + ", ".join(repr(o) for o in options))
+        return value
+
+    return check
+
+
+def _bool_or_auto(value):
+    if value == "auto" or isinstance(value, bool):
+        return value
+    raise _Expected('true, false or "auto"')
+
+
+# --------------------------------------------------------------------------- name registries
+
+
+def _buildable_from_toml(cls) -> bool:
+    """True if every required constructor argument can be written in TOML (numbers, arrays, strings)."""
+    if not dataclasses.is_dataclass(cls):
+        return True
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # unresolvable annotations: let the constructor decide
+        return True
+    import jax
+
+    simple = (jax.Array, float, int, bool, str, tuple, list, dict)
+
+    def expressible(hint) -> bool:
+        if hint is typing.Any:
+            return True
+        origin = typing.get_origin(hint)
+        if origin is not None and isinstance(origin, type):
+            return issubclass(origin, simple)
+        if origin is not None:  # a Union / Optional: any expressible member will do
+            return any(expressible(a) for a in typing.get_args(hint) if a is not type(None))
+        return isinstance(hint, type) and issubclass(hint, simple)
+
+    for f in dataclasses.fields(cls):
+        if not f.init or f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+            continue
+        if not expressible(hints.get(f.name, f.type)):
+            return False
+    return True
+
+
+def _concrete_classes(module, base) -> dict[str, type]:
+    classes = {}
+    for name in dir(module):
+        obj = getattr(module, name)
+        if (name.startswith("_") or name.startswith("Abstract") or not isinstance(obj, type)
+                or not issubclass(obj, base) or inspect.isabstract(obj)):
+            continue
+        if _buildable_from_toml(obj):
+            classes[name] = obj
+    return dict(sorted(classes.items()))
+
+
+def system_classes() -> dict[str, type]:
+    """Every concrete system class exported by `sciax.systems`, by name."""
+    from . import systems
+
+    return _concrete_classes(systems, systems.AbstractODE)
+
+
+def integrator_classes() -> dict[str, type]:
+    """Every concrete integrator exported by `sciax.integrators` that a TOML file can configure."""
+    from . import integrators
+
+    return _concrete_classes(integrators, integrators.AbstractIntegrator)
+
+
+def _init_fields(cls) -> dict[str, dataclasses.Field]:
+    if not dataclasses.is_dataclass(cls):
+        params = inspect.signature(cls).parameters
+        return {n: None for n in params if n != "self"}
+    return {f.name: f for f in dataclasses.fields(cls) if f.init}
+
+
+def _presets(cls) -> dict[str, Callable]:
+    """Initial-state presets of a system class: every method named `<preset>_state`."""
+    out = {}
+    for attr in dir(cls):
+        if attr.endswith("_state") and not attr.startswith("_") and attr != "check_state":
+            if callable(getattr(cls, attr)):
+                out[attr[: -len("_state")]] = getattr(cls, attr)
+    return dict(sorted(out.items()))
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """The `[run]` section, validated."""
+
+    dt: float
+    n_steps: int
+    save_every: int = 1
+    t0: float = 0.0
+    precision: str = "float64"
+    seed: int = 0
+    chunk_steps: int = DEFAULT_CHUNK_STEPS
+    observables: tuple[str, ...] = ("conserved",)
+    check_finite: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSettings:
+    """The `[output]` section, validated."""
+
+    dir: str
+    plot: bool = True
+    states_csv: bool | str = "auto"
+
+
+_TOP_KEYS = {"name": _string, "description": _string, "system": _table, "initial_state": _table,
+             "integrator": _table, "run": _table, "output": _table}
+_SYSTEM_KEYS = {"name": _string, "params": _table}
+_INTEGRATOR_KEYS = {"name": _string, "params": _table}
+_STATE_KEYS = {"values": _vector, "positions": _vector, "velocities": _vector, "preset": _string,
+               "default": _boolean}
+_RUN_KEYS = {"dt": _positive_number, "n_steps": _positive_int, "save_every": _positive_int,
+             "t0": _finite_number, "precision": _choice(*PRECISIONS), "seed": _nonnegative_int,
+             "chunk_steps": _positive_int, "observables": _string_list, "check_finite": _boolean}
+_OUTPUT_KEYS = {"dir": _string, "plot": _boolean, "states_csv": _bool_or_auto}
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """What a scenario describes, as objects ready for `sciax.simulate`.
+
+    - `system`, `integrator`: Equinox modules, floating parameters in the run's precision.
+    - `state0`: the initial state in the run's precision.
+    - `dtype`: `jnp.float64` or `jnp.float32`. `key`: a `jax.random` key (stochastic
+      integrators) or `None`.
+    - `observables`: dict name -> `fn(t, state, system)`. `conserved`: the names among them
+      that the exact dynamics conserve (their drift is reported).
+    """
+
+    system: object
+    state0: object
+    integrator: object
+    dtype: object
+    key: object
+    observables: dict
+    conserved: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    """A validated scenario. Build the objects with `build()`; run it with `sciax.runner.run`.
+
+    Make one with `load_scenario(path)` or `parse_scenario(text, source)`.
+    """
+
+    source: str
+    text: str
+    name: str
+    description: str
+    system_name: str
+    system_params: dict
+    initial_state: dict
+    integrator_name: str
+    integrator_params: dict
+    run: RunSettings
+    output: OutputSettings
+    overrides: dict = dataclasses.field(default_factory=dict)
+
+    # -- identity
+
+    def physics(self) -> dict:
+        """The settings that determine the computed trajectory (hashed for `--resume`).
+
+        `n_steps` (a run may be extended) and `chunk_steps` (results do not depend on it) are
+        left out, as is `[output]`.
+        """
+        run = dataclasses.asdict(self.run)
+        for k in ("n_steps", "chunk_steps"):
+            run.pop(k)
+        run["observables"] = list(run["observables"])
+        return {"system": {"name": self.system_name, "params": self.system_params},
+                "initial_state": self.initial_state,
+                "integrator": {"name": self.integrator_name, "params": self.integrator_params},
+                "run": run}
+
+    def hash(self) -> str:
+        """SHA-256 of `physics()` (canonical JSON)."""
+        blob = json.dumps(self.physics(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def with_overrides(self, *, n_steps: int | None = None) -> "Scenario":
+        """A copy with command-line overrides applied and validated (`--n-steps`)."""
+        if n_steps is None:
+            return self
+        if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps <= 0:
+            raise ScenarioError(f"--n-steps: expected a positive integer, got {n_steps!r}.")
+        if n_steps % self.run.save_every:
+            raise ScenarioError(
+                f"--n-steps: expected a multiple of [run] save_every ({self.run.save_every}) in "
+                f"{self.source}, got {n_steps}; for example --n-steps "
+                f"{max(self.run.save_every, n_steps - n_steps % self.run.save_every)}."
+            )
+        run = dataclasses.replace(self.run, n_steps=n_steps)
+        return dataclasses.replace(self, run=run, overrides={**self.overrides, "n_steps": n_steps})
+
+    # -- objects
+
+    def _error(self, where: str, message: str) -> ScenarioError:
+        return ScenarioError(f"{self.source}: {where}: {message}")
+
+    def build(self) -> Built:
+        """Set the precision, then construct the system, initial state, integrator and observables.
+
+        **Raises:** `ScenarioError` naming the section and key a constructor or check rejected.
+        """
+        import jax.numpy as jnp
+        import jax.random as jr
+
+        set_precision(self.run.precision)
+        dtype = jnp.dtype(self.run.precision)
+
+        system_cls = system_classes()[self.system_name]
+        system = _cast_floats(self._construct(system_cls, self.system_params, "[system] params", dtype),
+                              dtype)
+        integrator_cls = integrator_classes()[self.integrator_name]
+        integrator = _cast_floats(
+            self._construct(integrator_cls, self.integrator_params, "[integrator] params", dtype), dtype)
+        try:
+            integrator.check_system(system)
+        except TypeError as e:
+            raise self._error("[integrator] name",
+                              f"{self.integrator_name} cannot step {self.system_name}: {e}") from None
+
+        state0 = _cast_floats(self._initial_state(system, dtype), dtype)
+        from ._errors import StateMismatchError
+
+        try:
+            system.check_state(state0)
+        except StateMismatchError as e:
+            raise self._error("[initial_state]", f"the state does not fit {self.system_name}: {e}") from None
+
+        observables, conserved = self._observables(system, state0, dtype)
+        key = jr.key(self.run.seed) if integrator.stochastic else None
+        return Built(system=system, state0=state0, integrator=integrator, dtype=dtype, key=key,
+                     observables=observables, conserved=conserved)
+
+    def _construct(self, cls, params: dict, where: str, dtype):
+        import jax.numpy as jnp
+
+        fields = _init_fields(cls)
+        kwargs = {}
+        for name, value in params.items():
+            field = fields.get(name)
+            static = field is not None and field.metadata.get("static", False)
+            kwargs[name] = value if static or isinstance(value, str | bool) else jnp.asarray(value, dtype=dtype)
+        try:
+            return cls(**kwargs)
+        except (TypeError, ValueError) as e:
+            raise self._error(where, f"{cls.__name__}({_kwargs_text(params)}) failed: {e}") from None
+
+    def _initial_state(self, system, dtype):
+        import jax.numpy as jnp
+
+        from ._state import PhaseSpace
+
+        spec = self.initial_state
+        name = type(system).__name__
+        if "values" in spec:
+            return jnp.asarray(spec["values"], dtype=dtype)
+        if "positions" in spec:
+            return PhaseSpace(jnp.asarray(spec["positions"], dtype=dtype),
+                              jnp.asarray(spec["velocities"], dtype=dtype))
+        preset = "default" if spec.get("default") else spec["preset"]
+        kwargs = {k: v for k, v in spec.items() if k not in ("preset", "default")}
+        method = getattr(system, f"{preset}_state")
+        try:
+            return method(**kwargs)
+        except NotImplementedError as e:
+            raise self._error("[initial_state]", f"{e} Give values = [...] or positions/velocities.") from None
+        except (TypeError, ValueError) as e:
+            raise self._error("[initial_state]",
+                              f"{name}.{preset}_state({_kwargs_text(kwargs)}) failed: {e}") from None
+
+    def _observables(self, system, state0, dtype):
+        import jax
+        import jax.numpy as jnp
+
+        from .systems import AbstractHamiltonian
+
+        t0 = jnp.asarray(self.run.t0, dtype=dtype)
+        conserved_names = tuple(jax.eval_shape(lambda s: system.conserved_quantities(t0, s), state0))
+        available = {k: ConservedQuantity(k) for k in conserved_names}
+        if isinstance(system, AbstractHamiltonian):
+            available = {**{k: HamiltonianObservable(k) for k in HamiltonianObservable.NAMES}, **available}
+        chosen = {}
+        for name in self.run.observables:
+            if name == "conserved":
+                chosen.update({k: available[k] for k in conserved_names})
+            elif name in available:
+                chosen[name] = available[name]
+            else:
+                valid = ", ".join(sorted({"conserved", *available}))
+                raise self._error("[run] observables",
+                                  f"unknown observable {name!r} for {self.system_name}; valid names: {valid}.")
+        return chosen, tuple(k for k in chosen if k in conserved_names)
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.output.dir)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConservedQuantity:
+    """Observable `fn(t, state, system)`: one entry of `system.conserved_quantities(t, state)`.
+
+    A hashable value object rather than a closure, so that equal scenarios hit the jit cache.
+    """
+
+    name: str
+
+    def __call__(self, t, state, system):
+        return system.conserved_quantities(t, state)[self.name]
+
+
+@dataclasses.dataclass(frozen=True)
+class HamiltonianObservable:
+    """Observable `fn(t, state, system)` of a particle system: energy, kinetic_energy,
+    potential_energy or momentum."""
+
+    name: str
+    NAMES: typing.ClassVar[tuple[str, ...]] = ("energy", "kinetic_energy", "potential_energy", "momentum")
+
+    def __call__(self, t, state, system):
+        if self.name == "kinetic_energy":
+            return system.kinetic_energy(state.velocities)
+        if self.name == "potential_energy":
+            return system.potential_energy(state.positions)
+        return getattr(system, self.name)(state)
+
+
+def _kwargs_text(kwargs: dict) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+
+
+def _cast_floats(tree, dtype):
+    """Cast every floating array leaf of `tree` to `dtype` (the scenario's chosen precision)."""
+    import equinox as eqx
+    import jax.tree_util as jtu
+
+    return jtu.tree_map(lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, tree)
+
+
+def set_precision(precision: str) -> None:
+    """Enable JAX's 64-bit mode for `"float64"` (before arrays are made). `"float32"` leaves the
+    setting alone; scenario objects are cast to float32 explicitly."""
+    import jax
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}.")
+    if precision == "float64" and not jax.config.jax_enable_x64:
+        jax.config.update("jax_enable_x64", True)
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+class _Checker:
+    def __init__(self, source: str):
+        self.source = source
+
+    def error(self, where: str, message: str) -> ScenarioError:
+        return ScenarioError(f"{self.source}: {where or 'top level'}: {message}")
+
+    def section(self, table: dict, where: str, schema: dict, *, required=(), extra_ok=False) -> dict:
+        """Check `table` against `schema` (key -> checker); return the checked values."""
+        out = {}
+        for key, value in table.items():
+            if key not in schema:
+                if extra_ok:
+                    out[key] = value
+                    continue
+                valid = ", ".join(schema)
+                raise self.error(where, f"unknown key {key!r}; valid keys are: {valid}.")
+            out[key] = self.value(f"{where} {key}" if where else key, value, schema[key])
+        for key in required:
+            if key not in table:
+                raise self.error(where or "top level", f"missing required key {key!r}.")
+        return out
+
+    def value(self, where: str, value, checker):
+        try:
+            return checker(value)
+        except _Expected as e:
+            raise self.error(where, f"expected {e}, got {_got(value)}.") from None
+
+
+def _lookup(checker: _Checker, where: str, name: str, registry: dict, kind: str) -> type:
+    if name in registry:
+        return registry[name]
+    close = [n for n in registry if n.lower() == name.lower()]
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise checker.error(where, f"unknown {kind} {name!r}; valid names: {', '.join(registry)}.{hint}")
+
+
+def _check_params(checker: _Checker, where: str, cls, params: dict) -> dict:
+    fields = _init_fields(cls)
+    out = {}
+    for key, value in params.items():
+        if key not in fields:
+            valid = ", ".join(fields) or "(none)"
+            raise checker.error(f"{where}.{key}",
+                                f"unknown parameter of {cls.__name__}; valid parameters: {valid}.")
+        field = fields[key]
+        static = field is not None and field.metadata.get("static", False)
+        out[key] = value if static else checker.value(f"{where}.{key}", value, _numeric_array)
+    return out
+
+
+def _check_initial_state(checker: _Checker, table: dict, system_cls) -> dict:
+    where = "[initial_state]"
+    presets = _presets(system_cls)
+    if "preset" in table:
+        preset = checker.value(f"{where} preset", table["preset"], _string)
+        if preset not in presets:
+            raise checker.error(f"{where} preset",
+                                f"unknown preset {preset!r} for {system_cls.__name__}; "
+                                f"valid presets: {', '.join(presets) or '(none)'}.")
+        params = inspect.signature(presets[preset]).parameters
+        valid = [p for p in params if p != "self"]
+        out = {"preset": preset}
+        for key, value in table.items():
+            if key == "preset":
+                continue
+            if key not in valid:
+                raise checker.error(f"{where} {key}",
+                                    f"unknown key for preset {preset!r} ({system_cls.__name__}."
+                                    f"{preset}_state); valid keys: preset, {', '.join(valid)}.")
+            out[key] = checker.value(f"{where} {key}", value, _numeric_array)
+        return out
+    out = checker.section(table, where, _STATE_KEYS)
+    forms = [k for k in ("values", "positions", "default") if k in out]
+    if "velocities" in out and "positions" not in out:
+        raise checker.error(f"{where} velocities", "given without positions; give both.")
+    if "positions" in out and "velocities" not in out:
+        raise checker.error(f"{where} positions", "given without velocities; give both.")
+    if out.get("default") is False:
+        raise checker.error(f"{where} default", "expected true (or leave it out and give values).")
+    if len(forms) != 1:
+        raise checker.error(
+            where, "expected exactly one of: values = [...]; positions = [...] with velocities = [...]; "
+                   f"preset = \"...\" (valid presets: {', '.join(presets) or 'none'}); default = true. "
+                   f"Got keys: {', '.join(table) or '(none)'}.")
+    return out
+
+
+def parse_scenario(text: str, source: str = "<scenario>", *, default_name: str = "scenario") -> Scenario:
+    """Parse and validate scenario TOML `text`; `source` names the file in error messages.
+
+    **Raises:** `ScenarioError`.
+    """
+    checker = _Checker(source)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"{source}: not valid TOML: {e}.") from None
+    top = checker.section(data, "", _TOP_KEYS, required=("system", "integrator", "run"))
+    name = top.get("name", default_name)
+    if not name or any(c in name for c in "/\\") or name in (".", ".."):
+        raise checker.error("name", f"expected a plain name usable as a folder name, got {_got(name)}.")
+
+    system_table = checker.section(top["system"], "[system]", _SYSTEM_KEYS, required=("name",))
+    system_cls = _lookup(checker, "[system] name", system_table["name"], system_classes(), "system")
+    system_params = _check_params(checker, "[system] params", system_cls, system_table.get("params", {}))
+
+    initial_state = _check_initial_state(checker, top.get("initial_state", {"default": True}), system_cls)
+
+    integ_table = checker.section(top["integrator"], "[integrator]", _INTEGRATOR_KEYS, required=("name",))
+    integ_cls = _lookup(checker, "[integrator] name", integ_table["name"], integrator_classes(), "integrator")
+    integ_params = _check_params(checker, "[integrator] params", integ_cls, integ_table.get("params", {}))
+
+    run_table = checker.section(top["run"], "[run]", _RUN_KEYS, required=("dt", "n_steps"))
+    save_every = run_table.get("save_every", 1)
+    for key in ("n_steps", "chunk_steps"):
+        if key in run_table and run_table[key] % save_every:
+            raise checker.error(f"[run] {key}",
+                                f"expected a multiple of save_every ({save_every}), got {run_table[key]}.")
+    if "chunk_steps" not in run_table:
+        run_table["chunk_steps"] = max(save_every, DEFAULT_CHUNK_STEPS // save_every * save_every)
+    if "observables" in run_table:
+        run_table["observables"] = tuple(dict.fromkeys(run_table["observables"]))
+    run = RunSettings(**run_table)
+
+    output_table = checker.section(top.get("output", {}), "[output]", _OUTPUT_KEYS)
+    output_table.setdefault("dir", str(Path("runs") / name))
+    output = OutputSettings(**output_table)
+
+    return Scenario(source=source, text=text, name=name, description=top.get("description", ""),
+                    system_name=system_table["name"], system_params=system_params,
+                    initial_state=initial_state, integrator_name=integ_table["name"],
+                    integrator_params=integ_params, run=run, output=output)
+
+
+def load_scenario(path, *, n_steps: int | None = None) -> Scenario:
+    """Read and validate the scenario file `path`; `n_steps` overrides `[run] n_steps`.
+
+    **Raises:** `ScenarioError` naming the file, the key and what was expected.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: no such scenario file.") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ScenarioError(f"{path}: cannot read the scenario file ({e}).") from None
+    scenario = parse_scenario(text, str(path), default_name=path.stem)
+    return scenario.with_overrides(n_steps=n_steps)

@@ -1,0 +1,101 @@
+"""The `sciax` command line: `info`, and `run` on a reduced Lorenz scenario whose outputs equal
+a direct `simulate` call."""
+
+import importlib.metadata
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import sciax
+from sciax.cli import main
+
+ROOT = pathlib.Path(__file__).parent.parent
+LORENZ = ROOT / "sims" / "lorenz.toml"
+
+
+def test_info_prints_versions_backend_and_precision():
+    env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
+    out = subprocess.run([sys.executable, "-m", "sciax.cli", "info"], capture_output=True, text=True,
+                         check=True, timeout=120, env=env).stdout
+    for fragment in (f"sciax {sciax.__version__}", "jax 0.", "jaxlib ", "equinox ", "diffrax ", "optimistix ",
+                     "jax backend: cpu", "devices (", "x64 enabled: False", "default float precision: float32",
+                     "cpu count: "):
+        assert fragment in out, f"{fragment!r} not in\n{out}"
+
+
+def test_console_script_is_declared():
+    scripts = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="console_scripts")}
+    assert scripts.get("sciax") == "sciax.cli:main"
+
+
+def test_help_lists_run_options(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for option in ("--out", "--resume", "--quiet", "--n-steps"):
+        assert option in out
+
+
+def test_run_reduced_lorenz_writes_outputs_equal_to_simulate(tmp_path, capsys):
+    assert main(["run", str(LORENZ), "--out", str(tmp_path), "--n-steps", "400"]) == 0
+    captured = capsys.readouterr()
+    assert "lorenz: completed, 400 steps" in captured.out and "outputs in" in captured.out
+    assert "lorenz: 400/400 steps (100.0%)" in captured.err
+    for name in ("trajectory.npz", "states.csv", "plot.png", "summary.json", "scenario.toml", "checkpoint.npz"):
+        assert (tmp_path / name).is_file(), name
+    png = (tmp_path / "plot.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 20_000
+
+    data = np.load(tmp_path / "trajectory.npz")
+    ref = sciax.simulate(sciax.systems.Lorenz(rho=28.0), jnp.array([1.0, 1.0, 1.0], dtype=jnp.float64),
+                         integrator=sciax.integrators.RK4(), dt=0.005, n_steps=400, save_every=2)
+    assert data["states"].dtype == np.float64
+    np.testing.assert_array_equal(data["states"], np.asarray(ref.states))
+    np.testing.assert_array_equal(data["times"], np.asarray(ref.times))
+    csv = np.loadtxt(tmp_path / "states.csv", delimiter=",", skiprows=1)
+    np.testing.assert_array_equal(csv[:, 1:], np.asarray(ref.states))
+
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps_done"] == 400 and summary["n_frames"] == 201
+    assert summary["precision"] == "float64" and summary["overrides"] == {"n_steps": 400}
+    assert summary["wall_time_s"] > 0 and summary["steps_per_second"] > 0
+    assert "command-line overrides: n_steps=400" in (tmp_path / "scenario.toml").read_text()
+
+
+def test_quiet_run_prints_nothing(tmp_path, capsys):
+    assert main(["run", str(LORENZ), "--out", str(tmp_path), "--n-steps", "400", "--quiet"]) == 0
+    assert capsys.readouterr() == ("", "")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["steps_done"] == 400
+
+
+def test_bad_scenario_exits_2_naming_file_and_key(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(LORENZ.read_text().replace("dt = 0.005", "dt = 0"))
+    assert main(["run", str(bad), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: [run] dt: expected a positive finite number, got 0 (integer)" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_n_steps_override_exits_2(tmp_path, capsys):
+    assert main(["run", str(LORENZ), "--out", str(tmp_path), "--n-steps", "401"]) == 2
+    assert "--n-steps: expected a multiple of [run] save_every (2)" in capsys.readouterr().err
+
+
+def test_non_finite_run_exits_1_naming_the_step(tmp_path, capsys):
+    blowup = tmp_path / "blowup.toml"
+    blowup.write_text('[system]\nname = "HarmonicOscillator"\n[integrator]\nname = "Euler"\n'
+                      "[run]\ndt = 1.0\nn_steps = 3000\nsave_every = 10\nchunk_steps = 1000\n"
+                      "[output]\nplot = false\n")
+    assert main(["run", str(blowup), "--out", str(tmp_path / "out"), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "non-finite (NaN/Inf) by step 20" in err and "Everything before it is saved" in err
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["status"] == "non-finite"

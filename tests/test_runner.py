@@ -1,0 +1,242 @@
+"""The host driver: chunked runs equal one `simulate` call, checkpoints and `--resume`,
+refusing a changed scenario, and NaN/Inf reports that keep what was written before."""
+
+import dataclasses
+import json
+
+import jax.tree_util as jtu
+import numpy as np
+import pytest
+
+import sciax
+from sciax.io import load_npz, load_trajectory
+from sciax.runner import ResumeError, run
+from sciax.scenario import parse_scenario
+
+LORENZ = """
+name = "lorenz_test"
+
+[system]
+name = "Lorenz"
+params = { rho = 28.0 }
+
+[initial_state]
+values = [1.0, 1.0, 1.0]
+
+[integrator]
+name = "RK4"
+
+[run]
+dt = 0.01
+n_steps = 400
+save_every = 10
+chunk_steps = 100
+precision = "float64"
+
+[output]
+plot = false
+"""
+
+LANGEVIN = """
+[system]
+name = "HarmonicOscillator"
+
+[initial_state]
+positions = [1.0]
+velocities = [0.0]
+
+[integrator]
+name = "LangevinBAOAB"
+params = { kT = 0.5, friction = 1.0 }
+
+[run]
+dt = 0.05
+n_steps = 300
+save_every = 5
+chunk_steps = 60
+seed = 3
+observables = ["energy"]
+
+[output]
+plot = false
+"""
+
+KEPLER = """
+[system]
+name = "Kepler"
+
+[initial_state]
+preset = "orbit"
+eccentricity = 0.5
+
+[integrator]
+name = "VelocityVerlet"
+
+[run]
+dt = 0.01
+n_steps = 600
+save_every = 20
+chunk_steps = 200
+
+[output]
+plot = false
+"""
+
+# Euler on a harmonic well with dt = 1 multiplies the energy by 2 every step: float64
+# overflows (amplitude 2**1024) after about 2,048 steps, in the fifth chunk.
+BLOWUP = """
+[system]
+name = "HarmonicOscillator"
+
+[initial_state]
+default = true
+
+[integrator]
+name = "Euler"
+
+[run]
+dt = 1.0
+n_steps = 3000
+save_every = 10
+chunk_steps = 500
+
+[output]
+plot = false
+"""
+
+
+def scenario(text, **run_changes):
+    s = parse_scenario(text, "test.toml")
+    return dataclasses.replace(s, run=dataclasses.replace(s.run, **run_changes)) if run_changes else s
+
+
+def direct(s):
+    """One `simulate` call over the whole run: the reference."""
+    b = s.build()
+    return sciax.simulate(b.system, b.state0, integrator=b.integrator, dt=s.run.dt, n_steps=s.run.n_steps,
+                          save_every=s.run.save_every, t0=s.run.t0, key=b.key, observables=b.observables)
+
+
+def assert_same(traj, ref):
+    np.testing.assert_array_equal(np.asarray(traj.times), np.asarray(ref.times))
+    for a, b in zip(jtu.tree_leaves(traj.states), jtu.tree_leaves(ref.states), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert set(traj.observables) == set(ref.observables)
+    for k in ref.observables:
+        np.testing.assert_allclose(traj.observables[k], ref.observables[k], rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("text", [LORENZ, LANGEVIN, KEPLER], ids=["lorenz-rk4", "langevin-baoab", "kepler-verlet"])
+def test_chunked_run_equals_one_simulate_call(tmp_path, text):
+    s = scenario(text)
+    result = run(s, tmp_path, progress=False)
+    assert result.status == "completed" and result.steps_done == s.run.n_steps
+    assert_same(load_trajectory(tmp_path / "trajectory.npz"), direct(s))
+    assert len(list((tmp_path / "chunks").iterdir())) == s.run.n_steps // s.run.chunk_steps
+
+
+def test_result_does_not_depend_on_chunk_size(tmp_path):
+    # Stochastic: step n draws fold_in(key, n) whatever chunk it falls in.
+    a = run(scenario(LANGEVIN, chunk_steps=60), tmp_path / "a", progress=False)
+    b = run(scenario(LANGEVIN, chunk_steps=150), tmp_path / "b", progress=False)
+    ta, tb = load_npz(a.out_dir / "trajectory.npz"), load_npz(b.out_dir / "trajectory.npz")
+    assert ta.keys() == tb.keys()
+    for k in ta:
+        np.testing.assert_array_equal(ta[k], tb[k])
+
+
+def test_outputs_csv_and_summary(tmp_path):
+    s = scenario(KEPLER)
+    run(s, tmp_path, progress=False)
+    header, *rows = (tmp_path / "observables.csv").read_text().splitlines()
+    assert header == "time,angular_momentum,energy"
+    assert len(rows) == s.run.n_steps // s.run.save_every + 1
+    arr = np.loadtxt(tmp_path / "observables.csv", delimiter=",", skiprows=1)
+    ref = direct(s)
+    np.testing.assert_array_equal(arr[:, 2], np.asarray(ref.observables["energy"]))  # 17 digits round-trip
+    states_header = (tmp_path / "states.csv").read_text().splitlines()[0]
+    assert states_header == "time,positions[0],positions[1],velocities[0],velocities[1]"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps_done"] == 600
+    assert summary["precision"] == "float64" and summary["n_frames"] == 31
+    assert summary["conserved"]["energy"]["max_relative_error"] < 1e-3
+    assert summary["conserved"]["angular_momentum"]["max_relative_error"] < 1e-12
+    assert (tmp_path / "scenario.toml").read_text().endswith(s.text)
+
+
+def test_resume_after_interruption_equals_uninterrupted_run(tmp_path):
+    s = scenario(LANGEVIN)
+    full = run(s, tmp_path / "full", progress=False)
+    part = run(s, tmp_path / "part", progress=False, max_chunks=2)
+    assert part.status == "interrupted" and part.steps_done == 2 * s.run.chunk_steps
+    # A crash during the next chunk: a torn CSV row and a chunk file the checkpoint never saw.
+    with open(tmp_path / "part" / "observables.csv", "a") as f:
+        f.write("6.05,0.12")
+    (tmp_path / "part" / "chunks" / "frames_0000000025.npz").write_bytes(b"torn")
+    resumed = run(s, tmp_path / "part", resume=True, progress=False)
+    assert resumed.status == "completed" and resumed.summary["resumed_from_step"] == 120
+    a, b = load_npz(full.out_dir / "trajectory.npz"), load_npz(resumed.out_dir / "trajectory.npz")
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    for name in ("observables.csv", "states.csv"):
+        assert (full.out_dir / name).read_bytes() == (resumed.out_dir / name).read_bytes()
+
+
+def test_resume_refuses_a_changed_scenario(tmp_path):
+    run(scenario(LORENZ), tmp_path, progress=False, max_chunks=1)
+    changed = scenario(LORENZ.replace("rho = 28.0", "rho = 30.0"))
+    expected = r"refusing to resume: the scenario test.toml differs .*\(system.params.rho: 28.0 -> 30.0\)"
+    with pytest.raises(ResumeError, match=expected):
+        run(changed, tmp_path, resume=True, progress=False)
+    # The refused resume touched nothing: the original scenario still resumes.
+    assert run(scenario(LORENZ), tmp_path, resume=True, progress=False).status == "completed"
+
+
+def test_resume_can_extend_a_finished_run(tmp_path):
+    long = scenario(LORENZ)
+    run(dataclasses.replace(long, run=dataclasses.replace(long.run, n_steps=200)), tmp_path, progress=False)
+    extended = run(long, tmp_path, resume=True, progress=False)
+    assert extended.summary["resumed_from_step"] == 200
+    assert_same(load_trajectory(tmp_path / "trajectory.npz"), direct(long))
+
+
+def test_resume_without_checkpoint_starts_fresh(tmp_path):
+    assert run(scenario(LORENZ), tmp_path, resume=True, progress=False).status == "completed"
+
+
+def test_non_finite_state_names_the_step_and_keeps_earlier_output(tmp_path):
+    s = scenario(BLOWUP)
+    expected = r"non-finite \(NaN/Inf\) by step \d+ \(frame \d+, t = "
+    with pytest.raises(sciax.NonFiniteStateError, match=expected) as info:
+        run(s, tmp_path, progress=False)
+    err = info.value
+    assert 2000 < err.step < 2100 and err.step % s.run.save_every == 0 and err.time == pytest.approx(err.step * 1.0)
+    traj = load_npz(tmp_path / "trajectory.npz")
+    n_good = err.frame  # frames 0 .. frame-1 are finite and all are kept
+    assert traj["times"].shape == (n_good,) and np.all(traj["finite"])
+    assert np.all(np.isfinite(traj["states.positions"]))
+    rows = (tmp_path / "states.csv").read_text().splitlines()
+    assert len(rows) == 1 + n_good
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "non-finite" and summary["non_finite"]["step"] == err.step
+    # The frames up to the blow-up equal a direct (finite) simulate call.
+    ref = direct(dataclasses.replace(s, run=dataclasses.replace(s.run, n_steps=(n_good - 1) * s.run.save_every)))
+    np.testing.assert_array_equal(traj["states.positions"], np.asarray(ref.states.positions))
+
+
+def test_float32_run_keeps_float32(tmp_path):
+    s = scenario(LORENZ, precision="float32")
+    run(s, tmp_path, progress=False)
+    traj = load_npz(tmp_path / "trajectory.npz")
+    assert traj["states"].dtype == np.float32 and traj["times"].dtype == np.float32
+    np.testing.assert_array_equal(traj["states"], np.asarray(direct(s).states))
+
+
+def test_progress_line(tmp_path, capsys):
+    import sys
+
+    run(scenario(LORENZ), tmp_path, progress=True, stream=sys.stderr)
+    err = capsys.readouterr().err
+    assert "lorenz_test: 400/400 steps (100.0%)" in err and "steps/s" in err and "ETA" in err
+    run(scenario(LORENZ), tmp_path, progress=False)
+    assert capsys.readouterr().err == ""
