@@ -7,12 +7,9 @@ which the reversible adjoint uses to rebuild states backwards in time.
 
 from typing import ClassVar
 
-import jax.numpy as jnp
-
 from .._state import PhaseSpace
 from ..systems._base import AbstractHamiltonian
 from ._base import AbstractIntegrator
-
 
 class _AbstractSymplectic(AbstractIntegrator):
     reversible: ClassVar[bool] = True
@@ -25,7 +22,6 @@ class _AbstractSymplectic(AbstractIntegrator):
                 "use a Runge–Kutta integrator for a general ODE."
             )
 
-
 def _verlet(system, state: PhaseSpace, accel, dt):
     """One kick–drift–kick step; returns the new state and the acceleration at the new positions."""
     v_half = state.velocities + 0.5 * dt * accel
@@ -33,7 +29,6 @@ def _verlet(system, state: PhaseSpace, accel, dt):
     a1 = system.acceleration(q1)
     v1 = v_half + 0.5 * dt * a1
     return PhaseSpace(q1, v1), a1
-
 
 class VelocityVerlet(_AbstractSymplectic):
     """Velocity Verlet (kick–drift–kick), order 2, one force evaluation per step.
@@ -56,7 +51,6 @@ class VelocityVerlet(_AbstractSymplectic):
     def state(self, carry):
         return carry[0]
 
-
 class Leapfrog(_AbstractSymplectic):
     """Position-Verlet leapfrog (drift–kick–drift), order 2.
 
@@ -70,12 +64,10 @@ class Leapfrog(_AbstractSymplectic):
         v1 = state.velocities + dt * system.acceleration(q_half)
         return PhaseSpace(q_half + 0.5 * dt * v1, v1)
 
-
 # Yoshida (1990) triple-jump weights: w1 h, w0 h, w1 h with 2 w1 + w0 = 1.
 _CBRT2 = 2.0 ** (1.0 / 3.0)
 _W1 = 1.0 / (2.0 - _CBRT2)
 _W0 = -_CBRT2 / (2.0 - _CBRT2)
-
 
 class Yoshida4(_AbstractSymplectic):
     """Yoshida's fourth-order symplectic composition of velocity Verlet.
