@@ -12,7 +12,14 @@ from jax import lax
 from ._adjoint import AbstractAdjoint, CheckpointAdjoint, ReversibleAdjoint
 from ._errors import NonFiniteStateError
 from ._trajectory import Trajectory
-from ._validation import describe, is_concrete, positive_finite_scalar, positive_int, state_dtype
+from ._validation import (
+    check_precision,
+    describe,
+    is_concrete,
+    positive_finite_scalar,
+    positive_int,
+    state_dtype,
+)
 from .integrators._base import AbstractIntegrator
 from .systems._base import AbstractODE
 
@@ -117,6 +124,7 @@ def _validate(system, state0, integrator, dt, n_steps, save_every, key, observab
     integrator.check_system(system)
     system.check_state(state0)
     dtype = state_dtype(state0)
+    check_precision((system, integrator), dtype, "simulate")
     positive_finite_scalar("dt", dt)
     n_steps = positive_int("n_steps", n_steps)
     save_every = positive_int("save_every", save_every)

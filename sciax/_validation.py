@@ -58,3 +58,53 @@ def state_dtype(state):
             f"state leaves have mixed dtypes {sorted(map(str, dtypes))}; use one precision."
         )
     return dtypes.pop()
+
+
+def check_parameter(system: str, name: str, value, *, minimum: float = 0.0, strict: bool = False,
+                     scalar: bool = False) -> None:
+    """Raise `ValueError` unless every entry of `value` is ≥ (or >, if `strict`) `minimum`.
+
+    With `scalar=True` the value must also be 0-d. The value check is skipped for traced
+    values (a system built inside `jit`/`vmap`); NaN fails it. Shared by the system classes.
+    """
+    if scalar and jnp.ndim(value) != 0:
+        raise ValueError(
+            f"{system}: `{name}` must be a scalar, got an array of shape {jnp.shape(value)}; "
+            "to sweep it, vmap over systems instead."
+        )
+    if not is_concrete(value):
+        return
+    v = np.asarray(value)
+    ok = np.all(v > minimum) if strict else np.all(v >= minimum)
+    if not ok:
+        relation = ">" if strict else ">="
+        shown = v.item() if v.ndim == 0 else f"an array with minimum {np.nanmin(v)!r}"
+        raise ValueError(f"{system}: `{name}` must be {relation} {minimum:g}, got {shown}.")
+
+
+def check_precision(system, state_dtype, where: str) -> None:
+    """Refuse float parameters wider than the state: a float64 parameter would promote a float32
+    state to float64 inside the step (and `lax.scan` needs a fixed carry type). Casting the
+    result back would be a silent downcast, so the user is asked to choose one precision."""
+    wider = [
+        jtu.keystr(path)
+        for path, leaf in jtu.tree_flatten_with_path(system)[0]
+        if isinstance(leaf, jax.Array | np.ndarray) and jnp.issubdtype(leaf.dtype, jnp.floating)
+        and not getattr(leaf, "weak_type", False)
+        and jnp.promote_types(leaf.dtype, state_dtype) != state_dtype
+    ]
+    if wider:
+        raise TypeError(
+            f"{where}: the state is {jnp.dtype(state_dtype).name} but the system has wider float "
+            f"parameters at {', '.join(wider)}, which would promote the state. Use one precision: "
+            f"convert the state, or the system with sciax.astype(system, jnp.{jnp.dtype(state_dtype).name})."
+        )
+
+
+def astype(tree, dtype):
+    """Cast every floating-point array leaf of a pytree (a system, a state) to `dtype`."""
+    return jtu.tree_map(
+        lambda x: x.astype(dtype) if isinstance(x, jax.Array | np.ndarray) and jnp.issubdtype(x.dtype, jnp.floating)
+        else x,
+        tree,
+    )

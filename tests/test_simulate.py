@@ -230,3 +230,17 @@ class TestBadInput:
     def test_bad_observables(self):
         with pytest.raises(TypeError, match="`observables` must be a dict"):
             self.run(observables=[lambda t, y, s: y])
+
+
+def test_wider_parameters_than_state_are_refused_not_downcast():
+    s32 = Y0.astype(jnp.float32)
+    with pytest.raises(TypeError, match=r"the state is float32 but the system has wider float parameters at .*rho"):
+        sciax.simulate(Lorenz(rho=jnp.array(28.0, jnp.float64)), s32, integrator=si.RK4(), dt=0.01, n_steps=10)
+    # Python floats are weakly typed and follow the state; sciax.astype converts a whole system.
+    system = sciax.astype(Lorenz(rho=jnp.array(28.0, jnp.float64)), jnp.float32)
+    tr = sciax.simulate(system, s32, integrator=si.RK4(), dt=0.01, n_steps=10)
+    assert tr.states.dtype == jnp.float32
+    with pytest.raises(TypeError, match="masses"):
+        sciax.simulate(HarmonicOscillator(masses=jnp.array(1.0, jnp.float64)),
+                       sciax.astype(HarmonicOscillator().default_state(), jnp.float32),
+                       integrator=si.VelocityVerlet(), dt=0.1, n_steps=2)

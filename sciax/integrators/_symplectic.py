@@ -11,6 +11,7 @@ from .._state import PhaseSpace
 from ..systems._base import AbstractHamiltonian
 from ._base import AbstractIntegrator
 
+
 class _AbstractSymplectic(AbstractIntegrator):
     reversible: ClassVar[bool] = True
 
