@@ -6,33 +6,18 @@ back to a consistent point) or writes a temporary file and `os.replace`s it, so 
 never leaves a half-written file behind.
 """
 
-from ._atomic import atomic_write as atomic_write
-from ._atomic import atomic_write_bytes as atomic_write_bytes
-from ._checkpoint import load_checkpoint as load_checkpoint
-from ._checkpoint import save_checkpoint as save_checkpoint
+from ._atomic import atomic_write as atomic_write, atomic_write_bytes as atomic_write_bytes
+from ._checkpoint import load_checkpoint as load_checkpoint, save_checkpoint as save_checkpoint
 from ._csvfile import (
     append_csv_rows as append_csv_rows,
-)
-from ._csvfile import (
     frame_columns as frame_columns,
-)
-from ._csvfile import (
     truncate_file as truncate_file,
-)
-from ._csvfile import (
     write_csv_header as write_csv_header,
 )
-from ._drift import drift_errors as drift_errors
-from ._drift import drift_summary as drift_summary
+from ._drift import drift_errors as drift_errors, drift_summary as drift_summary
 from ._npz import (
     load_npz as load_npz,
-)
-from ._npz import (
     load_trajectory as load_trajectory,
-)
-from ._npz import (
     save_npz as save_npz,
-)
-from ._npz import (
     trajectory_arrays as trajectory_arrays,
 )

@@ -1,0 +1,133 @@
+"""Host-side checks of the data handed to `fit`: times, observations, mask and sigma. Every
+failure names what was wrong and what was expected."""
+
+import jax.tree_util as jtu
+import numpy as np
+
+from .._validation import describe
+
+
+def check_times(times, t0):
+    times = np.asarray(times)
+    if times.ndim != 1 or times.size == 0 or not np.issubdtype(times.dtype, np.number):
+        raise ValueError(f"fit: `times` must be a non-empty 1-D array of observation times, got {describe(times)}.")
+    eps = float(np.finfo(times.dtype).eps) if np.issubdtype(times.dtype, np.floating) else 0.0
+    times = times.astype(np.float64)
+    if not np.all(np.isfinite(times)):
+        raise ValueError(f"fit: `times` must be finite; times[{int(np.flatnonzero(~np.isfinite(times))[0])}] is not.")
+    bad = np.flatnonzero(np.diff(times) <= 0)
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"fit: `times` must be strictly increasing; times[{i}] = {float(times[i]):.10g} is followed by "
+            f"times[{i + 1}] = {float(times[i + 1]):.10g}. Sort the observations by time (and merge repeats)."
+        )
+    t0 = float(times[0]) if t0 is None else float(t0)
+    if times[0] < t0:
+        raise ValueError(
+            f"fit: observation times must lie in the integration range [t0, ...) with t0 = {t0:.10g}; "
+            f"times[0] = {float(times[0]):.10g} is before t0. Pass an earlier `t0` (with the state at that "
+            "time) or drop the earlier observations."
+        )
+    if times[-1] <= t0:
+        raise ValueError(
+            f"fit: the last observation time ({float(times[-1]):.10g}) must be after t0 = {t0:.10g}: there is "
+            "nothing to integrate."
+        )
+    return times, t0, eps
+
+
+def check_observed(observed, n_times, expected, dtype):
+    """Leaves of `observed` as numpy arrays, checked against the model output `expected`."""
+    leaves, treedef = jtu.tree_flatten(observed)
+    exp_leaves, exp_def = jtu.tree_flatten(expected)
+    if treedef != exp_def:
+        raise ValueError(
+            f"fit: `observed` has the structure {treedef} but `observe(state)` returns {exp_def}; pass "
+            "observe=... returning what was measured (e.g. observe=lambda s: s.positions)."
+        )
+    out = []
+    for leaf, exp in zip(leaves, exp_leaves):
+        arr = np.asarray(leaf)
+        if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+            raise TypeError(f"fit: `observed` must hold real numbers, got {describe(arr)}.")
+        if arr.ndim == 0 or arr.shape[0] != n_times:
+            raise ValueError(
+                f"fit: `times` has {n_times} entries but `observed` has "
+                f"{'no time axis' if arr.ndim == 0 else f'{arr.shape[0]} rows'} (shape {arr.shape}); the "
+                "leading axis of `observed` must run over the observation times."
+            )
+        if arr.shape[1:] != tuple(exp.shape):
+            raise ValueError(
+                f"fit: each observation has shape {arr.shape[1:]} but `observe(state)` returns shape "
+                f"{tuple(exp.shape)}; pass `observe=` to select the measured components (e.g. "
+                "observe=lambda y: y[:2]) or reshape `observed` to (n_times, *shape)."
+            )
+        out.append(arr.astype(dtype))
+    return out, treedef
+
+
+def _as_leaves(value, treedef, shapes, what):
+    """Broadcast `value` (None, scalar, array or pytree like `observed`) to one array per leaf."""
+    if value is None:
+        return None
+    try:
+        leaves = treedef.flatten_up_to(value)
+    except (ValueError, TypeError):
+        leaves = [value] * len(shapes) if len(shapes) == 1 or np.ndim(value) == 0 else None
+        if leaves is None:
+            raise ValueError(
+                f"fit: `{what}` must be a scalar, an array broadcastable to `observed`, or a pytree with "
+                f"the structure of `observed`; got {describe(value)}."
+            ) from None
+    out = []
+    for leaf, shape in zip(leaves, shapes):
+        try:
+            out.append(np.broadcast_to(np.asarray(leaf), shape))
+        except ValueError:
+            raise ValueError(
+                f"fit: `{what}` of shape {np.shape(leaf)} does not broadcast to `observed` of shape {shape}."
+            ) from None
+    return out
+
+
+def check_mask_sigma(obs_leaves, treedef, times, mask, sigma):
+    shapes = [x.shape for x in obs_leaves]
+    mask_leaves = _as_leaves(mask, treedef, shapes, "mask")
+    if mask_leaves is None:
+        mask_leaves = [np.ones(s, bool) for s in shapes]
+        given = False
+    else:
+        if not all(m.dtype == np.bool_ for m in mask_leaves):
+            raise TypeError("fit: `mask` must be boolean: True where a value was observed, False where it is missing.")
+        given = True
+    for leaf, m in zip(obs_leaves, mask_leaves):
+        bad = m & ~np.isfinite(leaf)
+        if np.any(bad):
+            idx = np.argwhere(bad)[0]
+            n = int(bad.sum())
+            where = f"times[{int(idx[0])}] = {float(times[idx[0]]):.10g}" + (f", component {tuple(int(j) for j in idx[1:])}" if len(idx) > 1 else "")
+            if given:
+                raise ValueError(
+                    f"fit: `observed` has {n} NaN/Inf value(s) at entries that `mask` marks as observed "
+                    f"(first at {where}); set mask to False there."
+                )
+            raise ValueError(
+                f"fit: `observed` has {n} NaN/Inf value(s) (first at {where}) and no `mask` was given; "
+                "pass mask=np.isfinite(observed) to treat them as missing data."
+            )
+    if not any(np.any(m) for m in mask_leaves):
+        raise ValueError("fit: `mask` marks every value as missing; nothing to fit.")
+    sigma_leaves = _as_leaves(sigma, treedef, shapes, "sigma")
+    if sigma_leaves is not None:
+        for s in sigma_leaves:
+            if not np.issubdtype(s.dtype, np.number) or not np.all(np.isfinite(s) & (s > 0)):
+                raise ValueError(
+                    f"fit: `sigma` (the standard deviation of each observation) must be positive and "
+                    f"finite everywhere, got minimum {float(np.min(s)):.10g}. For weights w pass sigma = 1/sqrt(w)."
+                )
+    return mask_leaves, sigma_leaves, given
+
+
+# ---------------------------------------------------------------------------------------------
+# The problem

@@ -1,0 +1,96 @@
+"""`FitResult`, the answer of `fit`, and `FitError`, raised when a fit does not converge."""
+
+import equinox as eqx
+import jax
+import numpy as np
+
+
+class FitError(RuntimeError):
+    """A fit did not converge (or produced non-finite residuals). The message carries the
+    solver's own message; `result` holds the unconverged `FitResult` for inspection."""
+
+    def __init__(self, message: str, result=None):
+        super().__init__(message)
+        self.result = result
+
+
+class FitResult(eqx.Module):
+    """What `sciax.fit` found.
+
+    **Fields:**
+
+    - `params`: dict name -> fitted value (physical units, the field's shape). Fields held by
+      `Fixed()` keep their initial value.
+    - `standard_errors`: dict name -> standard error, same shapes (0 for `Fixed()` values).
+    - `system`: the system with the fitted parameters in place.
+    - `state0`: the fitted initial state (the given one where not fitted); with multiple
+      shooting, the first segment's start state.
+    - `state0_standard_errors`: standard errors of `state0`, same structure (0 where not
+      fitted), or `None` when no initial-state entry was fitted.
+    - `loss`: the minimised objective ½ Σ rᵢ² over all residuals (data and, with multiple
+      shooting, continuity); the chi-square is `2 * loss`.
+    - `residuals`: the data residuals (model − observed)/sigma (sigma = 1 when not given) over
+      the observed (unmasked) entries, flattened in time-major order.
+    - `continuity_residuals`: `continuity_weight · (segment end − next segment start)`, shape
+      `(n_segments − 1, state size)` (empty for single shooting).
+    - `covariance`: `(p, p)` Gauss–Newton covariance of the fitted values in `labels` order,
+      physical units: `(JᵀJ)⁻¹ · s²` with `J` the Jacobian of all residuals with respect to
+      the physical values at the optimum. `s² = Σ r² / (n − p)` (the residual variance) when
+      `sigma` was not given; `s² = 1` when it was (sigma taken as the true absolute errors).
+      Multiple-shooting segment states are nuisance parameters: this is the marginal block of
+      the full covariance. A rank-deficient `J` (non-identifiable values) gives NaN.
+    - `standard_errors` / `correlation`: √diag(covariance) and covariance / (σᵢ σⱼ).
+    - `labels`: name of each row of `covariance`, e.g. `"omega"`, `"stiffness[2]"`, `"state0[1]"`.
+    - `residual_variance`: s² as defined above (computed in both cases).
+    - `n_observations`, `n_parameters`: counts of data residuals and of fitted values
+      (segment states excluded).
+    - `n_steps`: optimiser steps taken. `converged`: the solver reported success and every
+      residual is finite. `message`: the solver's own message (Optimistix `RESULTS`), empty
+      on success.
+    - `segment_times`, `segment_states`: start time and fitted start state of every shooting
+      segment (one segment for single shooting).
+    """
+
+    params: dict
+    standard_errors: dict
+    system: eqx.Module
+    state0: object
+    state0_standard_errors: object
+    loss: jax.Array
+    residuals: jax.Array
+    continuity_residuals: jax.Array
+    covariance: jax.Array
+    correlation: jax.Array
+    residual_variance: jax.Array
+    labels: tuple[str, ...] = eqx.field(static=True)
+    n_observations: int = eqx.field(static=True)
+    n_parameters: int = eqx.field(static=True)
+    n_steps: int = eqx.field(static=True)
+    converged: bool = eqx.field(static=True)
+    message: str = eqx.field(static=True)
+    segment_times: tuple[float, ...] = eqx.field(static=True)
+    segment_states: object = None
+    # What `plot_fit` needs to re-run the model with sampled parameters.
+    problem: eqx.Module | None = None
+    optimum: jax.Array | None = None  # physical vector of all unknowns
+    scale: jax.Array | None = None  # dv/du at the optimum (the transforms' derivatives)
+
+    def summary(self) -> str:
+        """A table of the fitted values ± standard errors, and the fit's status."""
+        status = f"converged: {self.converged}" + ("" if self.converged else f" ({self.message})")
+        counts = (f"steps: {self.n_steps}   loss ½Σr²: {float(self.loss):.6g}   "
+                  f"n = {self.n_observations}, p = {self.n_parameters}")
+        lines = [status, counts]
+        width = max((len(n) for n in self.labels), default=4)
+        values = self._flat_values()
+        errors = np.sqrt(np.diag(np.asarray(self.covariance)))
+        for name, value, error in zip(self.labels, values, errors):
+            lines.append(f"  {name:<{width}}  {value: .6g} ± {error:.3g}")
+        return "\n".join(lines)
+
+    def _flat_values(self):
+        v = np.asarray(self.optimum)
+        return v[: len(self.labels)]
+
+    def __str__(self) -> str:
+        return self.summary()

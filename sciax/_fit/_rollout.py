@@ -1,0 +1,247 @@
+"""How `fit` integrates the model between observations: `Simulate` (fixed step) or `Solve`
+(Diffrax, adaptive). Both answer one question for one shooting segment: the states at a list
+of save times, from a start state at a start time. Segments are batched with `vmap`.
+"""
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._adjoint import AbstractAdjoint, DirectAdjoint, ReversibleAdjoint
+from .._simulate import simulate
+from .._solve import solve
+from .._validation import describe
+from ..integrators._base import AbstractIntegrator
+
+
+class AbstractRollout(eqx.Module):
+    """Base class of the integration strategies that `fit` accepts as `rollout=`."""
+
+    def check_times(self, t0: float, times: np.ndarray, eps: float) -> None:
+        """Host-side check that `times` (float64, increasing, ≥ t0) can be saved; `eps` is the
+        machine epsilon of the dtype the user gave them in (their resolution)."""
+
+    def plan(self, starts: np.ndarray, save_times: list[np.ndarray], dtype):
+        """A batched plan: segment `j` starts at `starts[j]` and saves at `save_times[j]`."""
+        raise NotImplementedError
+
+    def run(self, system, state0, plan, args):
+        """States at the plan's save times (pytree with a leading save axis); one segment."""
+        raise NotImplementedError
+
+    def dense(self, t0: float, t1: float, n_points: int, dtype):
+        """A one-segment plan and its save times for drawing a smooth curve over [t0, t1]."""
+        raise NotImplementedError
+
+    def check_jacobian(self, mode: str) -> None:
+        """Raise if this rollout cannot be differentiated in `mode` ("fwd" or "bwd")."""
+
+    def for_jacobian(self, mode: str) -> "AbstractRollout":
+        """This rollout, with any automatic choice made for Jacobians in `mode`."""
+        return self
+
+
+class _SimulatePlan(eqx.Module):
+    t0: jax.Array  # (n_segments,) or scalar inside vmap
+    positions: jax.Array  # (n_segments, n_save) frame indices
+    n_steps: int = eqx.field(static=True)
+    save_every: int = eqx.field(static=True)
+
+
+class Simulate(AbstractRollout):
+    """Integrate with `sciax.simulate` (fixed step, `lax.scan`).
+
+    Observation times must lie on the step grid `t0 + k·dt` (to within 1e-6·dt plus the
+    rounding of the times' own dtype, so float32 times from a float32 run pass); a time off
+    the grid is an error that names it and the nearest grid time. Nothing is interpolated:
+    the model is compared with data exactly where the integrator put a step. Steps between
+    observations are saved with the largest common `save_every`, so memory grows with the
+    number of observations (times their spacing pattern), not with the number of steps.
+
+    Noise-free synthetic data generated with the same integrator and `dt` are reproduced
+    exactly; data from the real world carry the integrator's discretisation error, so pick
+    `dt` small enough that it is below the noise.
+
+    **Arguments:**
+
+    - `integrator`: a `sciax.integrators` method, e.g. `RK4()`, `VelocityVerlet()`
+      (deterministic only).
+    - `dt`: the step (time units), a positive float.
+    - `adjoint`: how reverse mode differentiates the rollout: `DirectAdjoint()` (default),
+      `CheckpointAdjoint()` to bound memory (forward mode works with both), or
+      `ReversibleAdjoint()` for symplectic integrators (reverse mode only).
+    """
+
+    integrator: AbstractIntegrator
+    dt: float = eqx.field(static=True)
+    adjoint: AbstractAdjoint = DirectAdjoint()
+
+    def __init__(self, integrator, dt, adjoint=None):
+        adjoint = DirectAdjoint() if adjoint is None else adjoint
+        if not isinstance(integrator, AbstractIntegrator):
+            raise TypeError(
+                f"Simulate: `integrator` must be a sciax.integrators method such as RK4(), got "
+                f"{describe(integrator)}."
+            )
+        if integrator.stochastic:
+            raise ValueError(
+                f"Simulate: `fit` needs a deterministic integrator, got the stochastic "
+                f"{type(integrator).__name__}; fit the drift with e.g. RK4()."
+            )
+        if not isinstance(adjoint, AbstractAdjoint):
+            raise TypeError(f"Simulate: `adjoint` must be a sciax adjoint such as DirectAdjoint(), got {adjoint!r}.")
+        if jnp.ndim(dt) != 0:
+            raise ValueError(f"Simulate: `dt` must be a positive scalar, got {describe(dt)}.")
+        dt = float(dt)
+        if not (math.isfinite(dt) and dt > 0):
+            raise ValueError(f"Simulate: `dt` must be positive and finite, got {dt!r}.")
+        self.integrator = integrator
+        self.dt = dt
+        self.adjoint = adjoint
+
+    def check_times(self, t0, times, eps):
+        k = np.rint((times - t0) / self.dt)
+        resolution = 8 * max(eps, float(np.finfo(np.float64).eps)) * (np.abs(times) + abs(t0))
+        off = np.abs(times - (t0 + k * self.dt)) > 1e-6 * self.dt + resolution
+        if np.any(off):
+            i = int(np.flatnonzero(off)[0])
+            raise ValueError(
+                f"fit: with rollout=Simulate(dt={self.dt:g}) every observation time must lie on the "
+                f"step grid t0 + k·dt (t0 = {t0:g}); times[{i}] = {float(times[i]):.10g} does not (nearest grid "
+                f"time {float(t0 + k[i] * self.dt):.10g}). Choose times on the grid, change dt, or use "
+                "rollout=Solve(...), which saves at arbitrary times."
+            )
+
+    def check_jacobian(self, mode):
+        if mode == "fwd" and isinstance(self.adjoint, ReversibleAdjoint):
+            raise ValueError(
+                "fit: ReversibleAdjoint supports reverse mode only; pass jacobian=\"reverse\" or "
+                "use CheckpointAdjoint()."
+            )
+
+    def _steps(self, t0, t):
+        return np.rint((np.asarray(t, np.float64) - t0) / self.dt).astype(np.int64)
+
+    def plan(self, starts, save_times, dtype):
+        global_t0 = float(starts[0])
+        start_steps = self._steps(global_t0, starts)
+        offsets = [self._steps(global_t0, ts) - s for ts, s in zip(save_times, start_steps)]
+        positive = np.concatenate([o[o > 0] for o in offsets] + [np.zeros(0, np.int64)])
+        save_every = int(np.gcd.reduce(positive)) if positive.size else 1
+        n_steps = max(int(max(int(o.max()) for o in offsets)), save_every)
+        n_save = max(len(o) for o in offsets)
+        positions = np.stack([np.pad(o // save_every, (0, n_save - len(o)), mode="edge") for o in offsets])
+        seg_t0 = global_t0 + start_steps * self.dt
+        return _SimulatePlan(
+            t0=jnp.asarray(seg_t0, dtype=dtype),
+            positions=jnp.asarray(positions, dtype=jnp.int32),
+            n_steps=n_steps,
+            save_every=save_every,
+        )
+
+    def run(self, system, state0, plan, args):
+        traj = simulate(
+            system, state0, integrator=self.integrator, dt=self.dt, n_steps=plan.n_steps,
+            save_every=plan.save_every, t0=plan.t0, args=args, adjoint=self.adjoint,
+        )
+        return jax.tree_util.tree_map(lambda x: x[plan.positions], traj.states)
+
+    def dense(self, t0, t1, n_points, dtype):
+        k1 = max(int(np.ceil((t1 - t0) / self.dt - 1e-9)), 1)
+        save_every = max(1, int(np.ceil(k1 / max(n_points - 1, 1))))
+        n_frames = -(-k1 // save_every)
+        times = t0 + np.arange(n_frames + 1) * save_every * self.dt
+        plan = _SimulatePlan(
+            t0=jnp.asarray(t0, dtype=dtype),
+            positions=jnp.arange(n_frames + 1, dtype=jnp.int32),
+            n_steps=n_frames * save_every,
+            save_every=save_every,
+        )
+        return plan, times
+
+
+class _SolvePlan(eqx.Module):
+    t0: jax.Array  # (n_segments,)
+    t1: jax.Array  # (n_segments,)
+    ts: jax.Array  # (n_segments, n_save); short segments repeat their last time
+
+
+class Solve(AbstractRollout):
+    """Integrate with `sciax.solve` (Diffrax; adaptive steps, stiff solvers, any save times).
+
+    The model is saved exactly at the observation times (`SaveAt(ts=times)`); no grid.
+    Noise-free synthetic data generated by `sciax.solve` with the same solver and tolerances
+    are reproduced exactly (save times do not change Diffrax's steps).
+
+    **Arguments:**
+
+    - `solver`: a name known to `sciax.solve` (`"tsit5"` default, `"dopri8"`, `"kvaerno5"` for
+      stiff problems, …) or a Diffrax solver.
+    - `rtol`, `atol`: step-size controller tolerances (default 1e-8, 1e-10). Keep them well
+      below the noise so that the fit sees a smooth model; `rtol=None` with `dt0` gives
+      constant steps.
+    - `dt0`: initial (or constant) step; `None` lets Diffrax choose.
+    - `max_steps`: Diffrax's step limit per segment (default 100,000). A solve that fails
+      returns non-finite states, so the optimiser rejects that step.
+    - `adjoint`: `None` (default) picks Diffrax's `ForwardMode` when `fit` uses forward-mode
+      Jacobians and `RecursiveCheckpointAdjoint` for reverse mode; or a name/instance that
+      `sciax.solve` accepts.
+    """
+
+    solver: object = "tsit5"
+    rtol: float | None = eqx.field(static=True, default=1e-8)
+    atol: float | None = eqx.field(static=True, default=1e-10)
+    dt0: float | None = eqx.field(static=True, default=None)
+    max_steps: int = eqx.field(static=True, default=100_000)
+    adjoint: object = None
+
+    def __check_init__(self):
+        if self.rtol is None and self.dt0 is None:
+            raise ValueError("Solve: constant steps (rtol=None) need a step `dt0`.")
+        for name in ("rtol", "atol", "dt0"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"Solve: `{name}` must be a positive float or None, got {value!r}.")
+
+    def check_jacobian(self, mode):
+        name = self.adjoint if isinstance(self.adjoint, str) else type(self.adjoint).__name__
+        if mode == "fwd" and name in ("recursive_checkpoint", "backsolve", "RecursiveCheckpointAdjoint",
+                                      "BacksolveAdjoint"):
+            raise ValueError(
+                f"fit: Solve(adjoint={self.adjoint!r}) supports reverse mode only, but the Jacobian is "
+                "forward mode; pass jacobian=\"reverse\", or adjoint=None/\"forward\"/\"direct\"."
+            )
+        if mode == "bwd" and name in ("forward", "ForwardMode"):
+            raise ValueError(
+                "fit: Solve(adjoint='forward') supports forward mode only, but the Jacobian is reverse "
+                "mode; pass jacobian=\"forward\" or adjoint=None."
+            )
+
+    def for_jacobian(self, mode):
+        if self.adjoint is not None:
+            return self
+        return eqx.tree_at(lambda s: s.adjoint, self, "forward" if mode == "fwd" else "recursive_checkpoint",
+                           is_leaf=lambda x: x is None)
+
+    def plan(self, starts, save_times, dtype):
+        ends = np.array([ts[-1] for ts in save_times])
+        n_save = max(len(ts) for ts in save_times)
+        ts = np.stack([np.pad(t, (0, n_save - len(t)), mode="edge") for t in save_times])
+        return _SolvePlan(t0=jnp.asarray(starts, dtype=dtype), t1=jnp.asarray(ends, dtype=dtype),
+                          ts=jnp.asarray(ts, dtype=dtype))
+
+    def run(self, system, state0, plan, args):
+        adjoint = "recursive_checkpoint" if self.adjoint is None else self.adjoint
+        traj = solve(system, state0, t0=plan.t0, t1=plan.t1, save_at=plan.ts, solver=self.solver,
+                     rtol=self.rtol, atol=self.atol, dt0=self.dt0, max_steps=self.max_steps,
+                     adjoint=adjoint, args=args, throw=False)
+        return traj.states
+
+    def dense(self, t0, t1, n_points, dtype):
+        times = np.linspace(t0, t1, max(n_points, 2))
+        plan = _SolvePlan(t0=jnp.asarray(t0, dtype=dtype), t1=jnp.asarray(t1, dtype=dtype),
+                          ts=jnp.asarray(times, dtype=dtype))
+        return plan, times

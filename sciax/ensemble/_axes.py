@@ -1,0 +1,237 @@
+"""Sweep axes: what each axis varies (a system field, a part of the initial state, or the
+random seed) and how one member's system, initial state and key are built from its values.
+
+Everything here is host-side validation plus one pure function, `apply_axes`, that runs under
+`vmap` (one member at a time, in library style).
+"""
+
+import dataclasses
+import re
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+
+from .._validation import describe
+
+SEED = "seed"
+STATE = "state0"
+
+_TOKEN = re.compile(r"\.([A-Za-z_]\w*)|\[\s*(-?\d+(?:\s*,\s*-?\d+)*)\s*\]")
+_ROOT = re.compile(r"[A-Za-z_]\w*")
+
+
+@dataclasses.dataclass(frozen=True)
+class Axis:
+    """An axis whose target is chosen by a function instead of by name.
+
+    **Arguments:**
+
+    - `values`: array `(n, *target_shape)`: the value of the target for each point of the axis.
+    - `where`: `where(system, state0) -> array`, selecting the leaf to replace, in the style of
+      `eqx.tree_at` (e.g. `lambda system, state0: system.spring.stiffness`).
+
+    ```python
+    sweep(system, y0, axes={"k": Axis(jnp.linspace(1, 2, 10), where=lambda s, y: s.spring.k)}, ...)
+    ```
+    """
+
+    values: object
+    where: Callable
+
+    def __post_init__(self):
+        if not callable(self.where):
+            raise TypeError(f"Axis: `where` must be a function where(system, state0) -> array, got {self.where!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class AxisSpec:
+    """Where one axis's value goes (hashable: part of the compiled chunk's static config)."""
+
+    name: str
+    kind: str  # "system", "state", "where" or "seed"
+    attrs: tuple = ()  # attribute path below the root
+    index: tuple | None = None  # array index applied after the attribute path
+    where: Callable | None = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ResolvedAxis:
+    """A validated axis: its spec, host coordinates and per-point values."""
+
+    spec: AxisSpec
+    coords: np.ndarray  # (n, ...) as given by the user, for lookup and display
+    values: np.ndarray  # (n, *target_shape), in the target's dtype
+
+    @property
+    def name(self):
+        return self.spec.name
+
+    @property
+    def kind(self):
+        return self.spec.kind
+
+    def __len__(self):
+        return self.values.shape[0]
+
+
+def _path_of(name: str):
+    """Split 'a.b[1,2]' into ('a', ('b',), (1, 2)); None if `name` is not a path."""
+    root = _ROOT.match(name)
+    if root is None:
+        return None
+    attrs, index, pos = [], None, root.end()
+    while pos < len(name):
+        token = _TOKEN.match(name, pos)
+        if token is None or index is not None:  # an index must come last
+            return None
+        if token.group(1) is not None:
+            attrs.append(token.group(1))
+        else:
+            index = tuple(int(i) for i in token.group(2).split(","))
+        pos = token.end()
+    return root.group(0), tuple(attrs), index
+
+
+def sweepable_fields(system) -> list[str]:
+    """Names of the array fields of `system` that an axis may vary."""
+    names = []
+    for field in dataclasses.fields(system):
+        if field.metadata.get("static", False):
+            continue
+        value = getattr(system, field.name, None)
+        if isinstance(value, jax.Array | np.ndarray | eqx.Module):
+            names.append(field.name)
+    return names
+
+
+def _valid_names(system, state0) -> str:
+    state = [STATE, f"{STATE}[i]"] if isinstance(state0, jax.Array | np.ndarray) else [f"{STATE}.<field>[i]"]
+    return ", ".join(repr(n) for n in sweepable_fields(system) + state + [SEED])
+
+
+def _walk(obj, attrs, name, what):
+    for attr in attrs:
+        if isinstance(obj, eqx.Module) and attr in {f.name for f in dataclasses.fields(obj)}:
+            field = next(f for f in dataclasses.fields(obj) if f.name == attr)
+            if field.metadata.get("static", False):
+                raise ValueError(
+                    f"sweep: axis {name!r} names `{attr}`, a static field of {type(obj).__name__}; "
+                    "static configuration cannot be swept (it would recompile per value). "
+                    "Build one system per value and sweep each."
+                )
+            obj = getattr(obj, attr)
+        else:
+            valid = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
+            raise ValueError(f"sweep: axis {name!r}: {what} has no field `{attr}`; valid fields: {valid}.")
+    return obj
+
+
+def resolve_axes(axes, system, state0) -> list[ResolvedAxis]:
+    """Validate `axes` (dict name -> values or `Axis`) against `system` and `state0`."""
+    if not isinstance(axes, dict) or not axes:
+        raise TypeError(
+            "sweep: `axes` must be a non-empty dict mapping names to values, e.g. "
+            "{'rho': jnp.linspace(0, 30, 100), 'seed': jnp.arange(4)}; got "
+            f"{describe(axes) if not isinstance(axes, dict) else 'an empty dict'}."
+        )
+    return [_resolve(name, spec, system, state0) for name, spec in axes.items()]
+
+
+def _resolve(name, spec, system, state0) -> ResolvedAxis:
+    if not isinstance(name, str):
+        raise TypeError(f"sweep: axis names must be strings, got {name!r}.")
+    where = spec.where if isinstance(spec, Axis) else None
+    raw = spec.values if isinstance(spec, Axis) else spec
+    try:
+        coords = np.asarray(raw)
+    except Exception as e:  # noqa: BLE001 - report what the user passed
+        raise TypeError(f"sweep: axis {name!r}: values must be an array, got {describe(raw)}.") from e
+    if coords.ndim == 0 or coords.shape[0] == 0:
+        raise ValueError(f"sweep: axis {name!r} must hold at least one value along its first dimension, "
+                         f"got {describe(coords)}.")
+    if where is not None:
+        target = where(system, state0)
+        return _axis(name, coords, target, "where", where=where)
+    if name == SEED:
+        if not np.issubdtype(coords.dtype, np.integer) or coords.ndim != 1:
+            raise ValueError(f"sweep: axis 'seed' must be a 1-D array of integers, got {describe(coords)}.")
+        return ResolvedAxis(AxisSpec(name, "seed"), coords, coords.astype(np.uint32))
+    path = _path_of(name)
+    if path is None:
+        raise ValueError(
+            f"sweep: cannot read axis name {name!r}; use a field name ('rho'), a nested field "
+            f"('spring.k'), an indexed field ('masses[0]'), a state component ('state0[1]') or "
+            f"'seed'. Valid names here: {_valid_names(system, state0)}."
+        )
+    root, attrs, index = path
+    if root == STATE:
+        kind, target = "state", _walk(state0, attrs, name, "the initial state")
+    else:
+        if root not in sweepable_fields(system):
+            fields = {f.name for f in dataclasses.fields(system)}
+            reason = "a static field" if root in fields else "no such field"
+            raise ValueError(
+                f"sweep: axis {name!r} does not name a field of {type(system).__name__} ({reason}); "
+                f"valid names: {_valid_names(system, state0)}."
+            )
+        kind, target = "system", _walk(system, (root, *attrs), name, type(system).__name__)
+    if index is not None:
+        shape = jnp.shape(target)
+        if len(index) > len(shape) or any(not -n <= i < n for i, n in zip(index, shape)):
+            raise ValueError(f"sweep: axis {name!r}: index {list(index)} is out of range for an array "
+                             f"of shape {shape}.")
+        target = jnp.asarray(target)[index]
+    return _axis(name, coords, target, kind, attrs=attrs if kind == "state" else (root, *attrs), index=index)
+
+
+def _axis(name, coords, target, kind, **where) -> ResolvedAxis:
+    if not isinstance(target, jax.Array | np.ndarray | float | int):
+        raise ValueError(f"sweep: axis {name!r} targets {describe(target)}; an axis must target an array leaf.")
+    shape, dtype = jnp.shape(target), jnp.result_type(target)
+    if coords.shape[1:] != shape:
+        raise ValueError(
+            f"sweep: axis {name!r}: each value must have the shape of its target {shape}, so the "
+            f"values must have shape (n, *{shape}); got {coords.shape}."
+        )
+    if jnp.issubdtype(dtype, jnp.floating) and not np.issubdtype(coords.dtype, np.number):
+        raise ValueError(f"sweep: axis {name!r}: values must be numbers, got dtype {coords.dtype}.")
+    values = np.asarray(coords, dtype=dtype)
+    return ResolvedAxis(AxisSpec(name, kind, **where), coords, values)
+
+
+def _replace(obj, attrs, index, value):
+    if not attrs:
+        return jnp.asarray(obj).at[index].set(value) if index is not None else value
+
+    def get(o):
+        for a in attrs:
+            o = getattr(o, a)
+        return o
+
+    leaf = get(obj)
+    new = jnp.asarray(leaf).at[index].set(value) if index is not None else value
+    return eqx.tree_at(get, obj, new)
+
+
+def apply_axes(axes: tuple[AxisSpec, ...], system, state0, key, values, flat_index):
+    """One member: the system, initial state and key given one value per axis (pure; vmappable).
+
+    Keys: with a 'seed' axis, member key = `fold_in(key, seed)` (or `jax.random.key(seed)` if no
+    `key` was given), so members that share a seed share noise; otherwise, with a `key`, member
+    key = `fold_in(key, flat_index)`; otherwise None.
+    """
+    member_key = None if key is None else jr.fold_in(key, flat_index)
+    for axis, value in zip(axes, values):
+        if axis.kind == "seed":
+            member_key = jr.key(value) if key is None else jr.fold_in(key, value)
+        elif axis.kind == "system":
+            system = _replace(system, axis.attrs, axis.index, value)
+        elif axis.kind == "state":
+            state0 = _replace(state0, axis.attrs, axis.index, value)
+        else:
+            system, state0 = eqx.tree_at(lambda p, w=axis.where: w(p[0], p[1]), (system, state0), value)
+    return system, state0, member_key

@@ -1,0 +1,376 @@
+"""Reductions over ensemble members, computed chunk by chunk while a sweep runs.
+
+A streaming reduction keeps a small partial state per group of members (a group is one point
+of the axes that are not reduced over) and merges the partial state of each chunk into it, so
+a million-member sweep keeps only the reduced results:
+
+- `partial(x, mask, groups, n_groups) -> state` for one chunk (on device, inside `jit`):
+  `x` is `(B, *leaf_shape)`, `mask` `(B,)` is False for padding and failed members, `groups`
+  `(B,)` is each member's group.
+- `merge(a, b) -> state`: associative; used between chunks and between processes.
+- `finalize(state) -> (n_groups, *result_shape)`.
+
+Exact order statistics (`Quantile`, `Median`) and arbitrary functions of all values (`Apply`)
+cannot stream in bounded memory: they keep each member's (reduced, per-member) output on the
+host and compute once at the end. Make the per-member `output` small (a final state, a
+maximum) when using them: the memory is `n_members * bytes(output)`.
+"""
+
+import dataclasses
+import warnings
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+
+
+class Reduction:
+    """Base class (see module docstring). Subclasses are streaming unless `needs_values`."""
+
+    needs_values = False
+
+
+def _count_dtype():
+    return jnp.int64 if jax.config.jax_enable_x64 else jnp.int32
+
+
+def _float_dtype(dtype):
+    return dtype if jnp.issubdtype(dtype, jnp.inexact) else jnp.result_type(float)
+
+
+def _bcast(mask, x):
+    return mask.reshape(mask.shape + (1,) * (x.ndim - 1))
+
+
+def _segment_sum(x, groups, n_groups):
+    if n_groups == 1:
+        return jnp.sum(x, axis=0, keepdims=True)
+    return jax.ops.segment_sum(x, groups, num_segments=n_groups, indices_are_sorted=False)
+
+
+class _Leafwise(Reduction):
+    """A streaming reduction applied independently to every numeric leaf."""
+
+    def partial(self, x, mask, groups, n_groups):
+        raise NotImplementedError
+
+    def merge(self, a, b):
+        raise NotImplementedError
+
+    def finalize(self, state):
+        raise NotImplementedError
+
+    def applies_to(self, dtype) -> bool:
+        return jnp.issubdtype(dtype, jnp.number)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sum(_Leafwise):
+    """Sum over members (failed members excluded)."""
+
+    def partial(self, x, mask, groups, n_groups):
+        return _segment_sum(jnp.where(_bcast(mask, x), x, jnp.zeros((), x.dtype)), groups, n_groups)
+
+    def merge(self, a, b):
+        return a + b
+
+    def finalize(self, state):
+        return state
+
+
+@dataclasses.dataclass(frozen=True)
+class Count(_Leafwise):
+    """Number of members that contributed (finite members, unless `check_finite=False`)."""
+
+    def partial(self, x, mask, groups, n_groups):
+        return _segment_sum(mask.astype(_count_dtype()), groups, n_groups)
+
+    def merge(self, a, b):
+        return a + b
+
+    def finalize(self, state):
+        return state
+
+    def applies_to(self, dtype) -> bool:
+        return True
+
+
+@dataclasses.dataclass(frozen=True)
+class _Moments(_Leafwise):
+    """Count, mean and sum of squared deviations (M2), merged with Chan et al.'s formula.
+
+    Within a chunk the mean is computed first and M2 from deviations about it (two passes, no
+    cancellation); chunks (and processes) are combined with
+
+        n = n_a + n_b,  δ = mean_b − mean_a,  mean = mean_a + δ n_b / n,
+        M2 = M2_a + M2_b + δ² n_a n_b / n
+
+    (Chan, Golub & LeVeque 1979), which is stable for any number of chunks.
+    """
+
+    ddof: int = 0
+
+    def partial(self, x, mask, groups, n_groups):
+        x = x.astype(_float_dtype(x.dtype))
+        m = _bcast(mask, x)
+        zero = jnp.zeros((), x.dtype)
+        n = _segment_sum(mask.astype(_count_dtype()), groups, n_groups)
+        total = _segment_sum(jnp.where(m, x, zero), groups, n_groups)
+        mean = total / _bcast(jnp.maximum(n, 1), total).astype(x.dtype)
+        dev = jnp.where(m, x - mean[groups], zero)
+        return n, mean, _segment_sum(dev * dev, groups, n_groups)
+
+    def merge(self, a, b):
+        na, ma, m2a = a
+        nb, mb, m2b = b
+        n = na + nb
+        safe = _bcast(jnp.maximum(n, 1), ma).astype(ma.dtype)
+        fa, fb = _bcast(na, ma).astype(ma.dtype), _bcast(nb, ma).astype(ma.dtype)
+        delta = mb - ma
+        mean = ma + delta * (fb / safe)
+        m2 = m2a + m2b + delta * delta * (fa * fb / safe)
+        return n, mean, m2
+
+
+@dataclasses.dataclass(frozen=True)
+class Mean(_Moments):
+    """Mean over members (NaN for a group with no finite member)."""
+
+    def finalize(self, state):
+        n, mean, _ = state
+        return jnp.where(_bcast(n > 0, mean), mean, jnp.nan)
+
+
+@dataclasses.dataclass(frozen=True)
+class Variance(_Moments):
+    """Variance over members, M2 / (n − ddof) (`ddof=0`: population variance; 1: sample)."""
+
+    def finalize(self, state):
+        n, _, m2 = state
+        denom = _bcast(n - self.ddof, m2)
+        return jnp.where(denom > 0, m2 / jnp.maximum(denom, 1).astype(m2.dtype), jnp.nan)
+
+
+@dataclasses.dataclass(frozen=True)
+class Std(Variance):
+    """Standard deviation over members, √Variance(ddof)."""
+
+    def finalize(self, state):
+        return jnp.sqrt(super().finalize(state))
+
+
+class _Extremum(_Leafwise):
+    take_min = True
+
+    def _identity(self, dtype):
+        if jnp.issubdtype(dtype, jnp.inexact):
+            return jnp.asarray(jnp.inf if self.take_min else -jnp.inf, dtype)
+        info = jnp.iinfo(dtype)
+        return jnp.asarray(info.max if self.take_min else info.min, dtype)
+
+    def partial(self, x, mask, groups, n_groups):
+        x = jnp.where(_bcast(mask, x), x, self._identity(x.dtype))
+        if n_groups == 1:
+            value = (jnp.min if self.take_min else jnp.max)(x, axis=0, keepdims=True)
+        else:
+            seg = jax.ops.segment_min if self.take_min else jax.ops.segment_max
+            value = seg(x, groups, num_segments=n_groups)
+        return _segment_sum(mask.astype(_count_dtype()), groups, n_groups), value
+
+    def merge(self, a, b):
+        return a[0] + b[0], (jnp.minimum if self.take_min else jnp.maximum)(a[1], b[1])
+
+    def finalize(self, state):
+        n, value = state
+        if jnp.issubdtype(value.dtype, jnp.inexact):
+            return jnp.where(_bcast(n > 0, value), value, jnp.nan)
+        return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Min(_Extremum):
+    """Minimum over members (NaN for a group with no finite member)."""
+
+    take_min = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Max(_Extremum):
+    """Maximum over members (NaN for a group with no finite member)."""
+
+    take_min = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Streaming(Reduction):
+    """A user-defined streaming reduction of the whole output pytree.
+
+    **Arguments:**
+
+    - `partial`: `partial(values, weights) -> state` for one chunk: `values` is the output
+      pytree with a leading `(B,)` member axis, `weights` a `(B,)` array of 0/1 (0 for padding,
+      failed members and members of other groups). Must be jittable.
+    - `merge`: `merge(a, b) -> state`, associative (chunks arrive in any grouping).
+    - `finalize`: `finalize(state) -> result` (default: the state itself).
+
+    ```python
+    second_moment = Streaming(
+        partial=lambda v, w: (jnp.sum(w), jnp.sum(w[:, None] * v**2, axis=0)),
+        merge=lambda a, b: (a[0] + b[0], a[1] + b[1]),
+        finalize=lambda s: s[1] / s[0])
+    ```
+    """
+
+    partial: Callable
+    merge: Callable
+    finalize: Callable | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Quantile(Reduction):
+    """Exact quantile(s) over members, `numpy.quantile(..., method=method)`.
+
+    Exact quantiles need every value: each member's output is kept on the host (memory
+    `n_members * bytes(output)`), so choose a small per-member `output`. Failed members are
+    left out. Results have shape `(kept axes..., *jnp.shape(q), *leaf_shape)`.
+    """
+
+    q: object
+    method: str = "linear"
+    needs_values = True
+
+    def __post_init__(self):
+        q = np.asarray(self.q, dtype=float)
+        if q.size == 0 or np.any((q < 0) | (q > 1)) or np.any(np.isnan(q)):
+            raise ValueError(f"Quantile: `q` must be in [0, 1], got {self.q!r}.")
+
+    def from_values(self, values, valid, reduce_axes, ignore_invalid):
+        """`values` (grid..., leaf...), `valid` (grid...): quantile over `reduce_axes`."""
+
+        def leaf(x):
+            if not np.issubdtype(x.dtype, np.number):
+                return None
+            x = np.asarray(x, dtype=np.result_type(x.dtype, np.float32))
+            if ignore_invalid:
+                x = np.where(valid.reshape(valid.shape + (1,) * (x.ndim - valid.ndim)), x, np.nan)
+            kept = [a for a in range(valid.ndim) if a not in reduce_axes]
+            x = np.moveaxis(x, list(reduce_axes), list(range(len(reduce_axes))))
+            x = x.reshape((-1,) + x.shape[len(reduce_axes):])
+            q = np.asarray(self.q)
+            fn = np.nanquantile if ignore_invalid else np.quantile
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN group -> NaN
+                r = fn(x, q, axis=0, method=self.method)
+            # r: (*q.shape, kept..., leaf...) -> (kept..., *q.shape, leaf...)
+            return np.moveaxis(r, list(range(q.ndim)), list(range(len(kept), len(kept) + q.ndim)))
+
+        return jtu.tree_map(leaf, values)
+
+
+class Median(Quantile):
+    """Exact median over members (see `Quantile`)."""
+
+    def __init__(self, method: str = "linear"):
+        super().__init__(q=0.5, method=method)
+
+
+@dataclasses.dataclass(frozen=True)
+class Apply(Reduction):
+    """Any function of all members' outputs, `fn(values) -> result`, per group.
+
+    `values` is the output pytree with a leading axis over the finite members of the group
+    (NumPy arrays on the host). Like `Quantile`, this keeps every member's output on the host.
+    """
+
+    fn: Callable
+    needs_values = True
+
+    def from_values(self, values, valid, reduce_axes, ignore_invalid):
+        kept_shape = tuple(n for a, n in enumerate(valid.shape) if a not in reduce_axes)
+        moved = jtu.tree_map(lambda x: np.moveaxis(x, list(reduce_axes), list(range(len(reduce_axes)))), values)
+        v = np.moveaxis(valid, list(reduce_axes), list(range(len(reduce_axes))))
+        n_red = int(np.prod([valid.shape[a] for a in reduce_axes]))
+        moved = jtu.tree_map(lambda x: x.reshape((n_red, -1) + x.shape[valid.ndim:]), moved)
+        v = v.reshape(n_red, -1)
+        results = []
+        for g in range(int(np.prod(kept_shape))):
+            sel = v[:, g] if ignore_invalid else np.ones(n_red, bool)
+            results.append(self.fn(jtu.tree_map(lambda x, g=g, sel=sel: x[:, g][sel], moved)))
+        return jtu.tree_map(lambda *r: np.stack([np.asarray(x) for x in r]).reshape(kept_shape + np.shape(r[0])),
+                            *results)
+
+
+_NAMED = {
+    "mean": Mean,
+    "var": Variance,
+    "variance": Variance,
+    "std": Std,
+    "min": Min,
+    "max": Max,
+    "sum": Sum,
+    "count": Count,
+    "median": Median,
+}
+
+
+def resolve_reductions(reduce) -> dict[str, Reduction]:
+    """Normalise `reduce` (None, a name, a list of names, or a dict name -> Reduction/name)."""
+    if reduce is None:
+        return {}
+    if isinstance(reduce, str):
+        reduce = [reduce]
+    if isinstance(reduce, list | tuple):
+        reduce = {r: r for r in reduce}
+    if not isinstance(reduce, dict):
+        raise TypeError(
+            "sweep: `reduce` must be None, a name such as 'mean', a list of names, or a dict "
+            f"mapping result names to reductions (e.g. {{'p95': Quantile(0.95)}}); got {reduce!r}."
+        )
+    out = {}
+    for name, r in reduce.items():
+        if isinstance(r, str):
+            if r not in _NAMED:
+                raise ValueError(f"sweep: unknown reduction {r!r}; valid names: {sorted(_NAMED)}, "
+                                 "or pass a Reduction such as Quantile(0.9), Streaming(...) or Apply(fn).")
+            r = _NAMED[r]()
+        if not isinstance(r, Reduction):
+            raise TypeError(f"sweep: reduction {name!r} must be a name or a sciax.ensemble reduction, got {r!r}.")
+        out[name] = r
+    return out
+
+
+def tree_partial(red: Reduction, outs, mask, groups, n_groups):
+    """One chunk's partial state (`outs` has a leading member axis; runs inside jit).
+
+    Leaves a reduction does not apply to (e.g. bool flags for `Mean`) get `None`.
+    """
+    if isinstance(red, _Leafwise):
+        return jtu.tree_map(lambda x: red.partial(x, mask, groups, n_groups) if red.applies_to(x.dtype) else None,
+                            outs)
+    # Streaming: one partial per group; the weights select the group's members.
+    one_hot = (groups[None, :] == jnp.arange(n_groups)[:, None]) & mask[None, :]
+    return jax.vmap(lambda w: red.partial(outs, w.astype(_weights_dtype(outs))))(one_hot)
+
+
+def _weights_dtype(outs):
+    leaves = [x for x in jtu.tree_leaves(outs) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return leaves[0].dtype if leaves else jnp.result_type(float)
+
+
+def tree_merge(red: Reduction, struct, a, b):
+    """Merge two partial states (from two chunks or two processes); `struct` is the output's
+    shape-dtype tree, which says where the partial states' leaves are."""
+    if isinstance(red, _Leafwise):
+        return jtu.tree_map(lambda s, x, y: red.merge(x, y) if red.applies_to(s.dtype) else None, struct, a, b)
+    return jax.vmap(red.merge)(a, b)
+
+
+def tree_finalize(red: Reduction, struct, state, kept_shape):
+    """Final results on the host with the kept axes in front: `(kept..., *result_shape)`."""
+    if isinstance(red, _Leafwise):
+        res = jtu.tree_map(lambda s, st: red.finalize(st) if red.applies_to(s.dtype) else None, struct, state)
+    else:
+        res = jax.vmap(red.finalize)(state) if red.finalize is not None else state
+    return jtu.tree_map(lambda r: np.asarray(r).reshape(kept_shape + np.shape(r)[1:]), res)

@@ -1,0 +1,176 @@
+"""`SweepResult`: a sweep's outputs with the sweep axes attached (host-side NumPy arrays)."""
+
+import dataclasses
+
+import jax.tree_util as jtu
+import numpy as np
+
+MEMBER = "member"
+
+
+@dataclasses.dataclass
+class SweepResult:
+    """The result of `sciax.sweep`.
+
+    **Fields:**
+
+    - `axes`: dict axis name -> coordinates (NumPy, in the order the axes were given).
+    - `mode`: `"grid"` or `"zip"`.
+    - `dims`: names of the leading dimensions of `outputs` and `ok`: the axis names for a
+      grid, `("member",)` for zipped axes.
+    - `shape`: the sizes of those dimensions (grid: `(len(a), len(b), ...)`; zip: `(n,)`).
+    - `outputs`: the per-member output pytree, every leaf with `shape` in front; `None` when
+      members were not kept (`keep=False`, the default when reductions are requested).
+    - `ok`: bool array of `shape`: the member finished with a finite state (and, for solves,
+      the solver succeeded). `None` if `check_finite=False`.
+    - `failures`: one dict per failed member: `{"index": flat_index, <axis>: coordinate, ...}`.
+    - `reductions`: dict name -> reduced pytree, each leaf shaped `(kept dims..., ...)`.
+    - `reduced_dims`: the dims the reductions ran over; `kept_dims`: the others.
+    - `member_indices`: for `gather=False` results, the flat indices of the members this
+      process holds (`outputs` then has one flat leading axis); else `None`.
+    - `info`: how the sweep ran: members, chunks, batch size, devices, processes, bytes per
+      member, padding.
+    """
+
+    axes: dict
+    mode: str
+    dims: tuple
+    shape: tuple
+    outputs: object
+    ok: np.ndarray | None
+    failures: list
+    reductions: dict
+    reduced_dims: tuple
+    kept_dims: tuple
+    info: dict
+    member_indices: np.ndarray | None = None
+
+    # ----------------------------------------------------------------- lookups
+    @property
+    def n_members(self) -> int:
+        return int(np.prod(self.shape))
+
+    def coords(self, index: int) -> dict:
+        """Coordinates of the member with flat index `index` (row-major over `dims`)."""
+        if not 0 <= index < self.n_members:
+            raise IndexError(f"member index {index} out of range for {self.n_members} members.")
+        if self.mode == "zip":
+            return {name: _scalar(c[index]) for name, c in self.axes.items()}
+        position = np.unravel_index(index, self.shape)
+        return {name: _scalar(self.axes[name][i]) for name, i in zip(self.dims, position)}
+
+    def sel(self, method: str | None = None, **coords) -> "SweepResult":
+        """Select members by coordinate value: `result.sel(rho=24.5, seed=3).outputs`.
+
+        `method=None` asks for an exact match (up to floating-point rounding: `np.isclose`
+        with `rtol=1e-6`); `method="nearest"` takes the closest coordinate. Selected grid dims
+        are dropped; in zip mode the value(s) pick one member. Reductions are indexed too
+        when only kept dims are selected.
+
+        **Raises:** `ValueError` naming the valid axes, or the nearest available values when
+        there is no exact match.
+        """
+        if method not in (None, "nearest"):
+            raise ValueError(f"sel: `method` must be None (exact) or 'nearest', got {method!r}.")
+        self._check_names(coords)
+        if self.mode == "zip":
+            candidates = np.arange(self.shape[0])
+            for name, value in coords.items():
+                candidates = _match(name, self.axes[name][candidates], value, method, candidates)
+            if candidates.size > 1:
+                raise ValueError(
+                    f"sel: {coords} matches {candidates.size} zipped members {candidates[:10].tolist()}; "
+                    "give more coordinates or use isel(member=i)."
+                )
+            return self.isel(member=int(candidates[0]))
+        indices = {name: int(_match(name, self.axes[name], value, method, np.arange(len(self.axes[name])))[0])
+                   for name, value in coords.items()}
+        return self.isel(**indices)
+
+    def isel(self, **indices) -> "SweepResult":
+        """Select members by integer position along named dims: `result.isel(rho=3)`."""
+        for name in indices:
+            if name not in self.dims:
+                raise ValueError(f"isel: {name!r} is not a dim of this result; dims: {list(self.dims)}.")
+        if self.member_indices is not None:
+            raise ValueError("isel/sel: this result was made with gather=False and holds only this process's "
+                             "members (flat, see `member_indices`); run with gather=True to index by axes.")
+        index = tuple(indices.get(d, slice(None)) for d in self.dims)
+        for d, i in indices.items():
+            n = self.shape[self.dims.index(d)]
+            if not isinstance(i, int | np.integer) or not -n <= i < n:
+                raise IndexError(f"isel: index {i!r} out of range for dim {d!r} of size {n}.")
+        keep = [d for d in self.dims if d not in indices]
+        outputs = None if self.outputs is None else jtu.tree_map(lambda x: x[index], self.outputs)
+        ok = None if self.ok is None else self.ok[index]
+        if self.mode == "zip":
+            i = indices.get(MEMBER)
+            axes = {n: _scalar(c[i]) if i is not None else c for n, c in self.axes.items()}
+        else:
+            axes = {n: _scalar(c[indices[n]]) if n in indices else c for n, c in self.axes.items()}
+        reductions, kept = self.reductions, self.kept_dims
+        if any(d in self.reduced_dims for d in indices):
+            reductions = {}
+        elif indices:
+            kidx = tuple(indices.get(d, slice(None)) for d in self.kept_dims)
+            reductions = {k: jtu.tree_map(lambda x, kidx=kidx: x[kidx], v) for k, v in self.reductions.items()}
+            kept = tuple(d for d in self.kept_dims if d not in indices)
+        failures = [f for f in self.failures if all(
+            _same(f[d] if d != MEMBER else f["index"], axes[d] if d != MEMBER else indices[d]) for d in indices
+            if self.mode == "grid" or d == MEMBER)]
+        return SweepResult(
+            axes=axes, mode=self.mode, dims=tuple(keep),
+            shape=tuple(self.shape[self.dims.index(d)] for d in keep), outputs=outputs, ok=ok,
+            failures=failures, reductions=reductions, reduced_dims=tuple(d for d in self.reduced_dims if d in keep),
+            kept_dims=kept, info=self.info,
+        )
+
+    def _check_names(self, coords):
+        for name in coords:
+            if name not in self.axes:
+                raise ValueError(f"sel: {name!r} is not an axis of this sweep; axes: {list(self.axes)}.")
+            if self.mode == "grid" and name not in self.dims:
+                raise ValueError(f"sel: axis {name!r} was already selected; remaining dims: {list(self.dims)}.")
+
+    def __repr__(self) -> str:
+        dims = ", ".join(f"{d}: {n}" for d, n in zip(self.dims, self.shape))
+        leaves = [] if self.outputs is None else jtu.tree_leaves(self.outputs)
+        lines = [f"SweepResult({self.mode}; {dims or 'one member'})"]
+        if leaves:
+            lines.append("  outputs: " + ", ".join(f"{tuple(x.shape)} {x.dtype}" for x in leaves[:6])
+                         + (" ..." if len(leaves) > 6 else ""))
+        if self.reductions:
+            lines.append(f"  reductions over {list(self.reduced_dims)}: {list(self.reductions)}")
+        if self.ok is not None:
+            lines.append(f"  failed members: {len(self.failures)}"
+                         + (f" (first: {self.failures[0]})" if self.failures else ""))
+        return "\n".join(lines)
+
+
+def _scalar(x):
+    x = np.asarray(x)
+    return x.item() if x.ndim == 0 else x
+
+
+def _same(a, b) -> bool:
+    return bool(np.all(np.asarray(a) == np.asarray(b)))
+
+
+def _match(name, coords, value, method, positions) -> np.ndarray:
+    """Positions (from `positions`) whose coordinate matches `value`."""
+    coords = np.asarray(coords)
+    value = np.asarray(value)
+    if value.shape != coords.shape[1:]:
+        raise ValueError(f"sel: a value of axis {name!r} has shape {coords.shape[1:]}, got {value.shape}.")
+    diff = np.abs(coords.astype(float) - value.astype(float)).reshape(len(coords), -1).max(axis=1)
+    if method == "nearest":
+        return positions[diff == diff.min()]
+    scale = np.abs(value.astype(float)).max() if value.size else 0.0
+    hit = diff <= 1e-6 * max(scale, 1e-300) + 1e-12
+    if not hit.any():
+        nearest = coords[np.argsort(diff)[:3]]
+        raise ValueError(
+            f"sel: no member with {name} = {value.tolist()}; nearest values: "
+            f"{[np.asarray(c).tolist() for c in nearest]}. Use sel(..., method='nearest')."
+        )
+    return positions[hit]

@@ -1,0 +1,734 @@
+"""`sweep`: run an ensemble over parameter / initial-state / seed axes, in memory-bounded
+chunks, sharded over devices and split across processes, with reductions on the fly.
+
+Layout: one member is the unbatched rollout (`simulate`, `solve` or a user function); the
+ensemble is `jax.vmap` of it, which for sciax's component-wise ODEs is already the
+struct-of-arrays loop (one `(B,)` array per state component). Each device runs its own slice
+of a chunk inside `shard_map`: no cross-device communication while stepping, one small
+reduction of partial statistics per chunk.
+"""
+
+import dataclasses
+import inspect
+import math
+import os
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+from jax import lax
+from jax.sharding import PartitionSpec as P
+
+from .. import parallel
+from .._simulate import simulate
+from .._trajectory import Trajectory
+from .._validation import describe
+from ._axes import apply_axes, resolve_axes
+from ._reductions import resolve_reductions, tree_finalize, tree_merge, tree_partial
+from ._result import MEMBER, SweepResult
+
+_RESERVED = {"system", "state0", "y0", "key", "check_finite"}
+
+# Members per device per chunk are rounded up to a multiple of LANES. On XLA:CPU a member's
+# result was bitwise the same for every vmapped batch size that is a multiple of 8 (and most
+# others), but not for batches of 1, 9 or 13, where LLVM unrolls the loop over members and
+# vectorises it differently. Rounding makes results independent of chunk size and device
+# count; the padding (< 8 members per device) is computed and dropped.
+LANES = 8
+
+
+def sweep(
+    system,
+    state0,
+    *,
+    axes: dict,
+    mode: str = "grid",
+    simulate_kwargs: dict | None = None,
+    solve_kwargs: dict | None = None,
+    run: Callable | None = None,
+    output: Callable | None = None,
+    reduce=None,
+    reduce_over=None,
+    keep: bool | None = None,
+    key=None,
+    batch_size: int | None = None,
+    memory_budget: int | None = None,
+    devices=None,
+    check_finite: bool = True,
+    order=None,
+    gather: bool = True,
+) -> SweepResult:
+    """Run `system` from `state0` for every point of `axes` and return results by coordinate.
+
+    **Arguments:**
+
+    - `system`, `state0`: the base system (Equinox module) and initial state; each member is
+      this pair with the swept leaves replaced (same shapes and dtypes).
+    - `axes`: dict name -> values `(n, ...)`. A name is a system field (`"rho"`), a nested or
+      indexed field (`"spring.k"`, `"masses[0]"`), a part of the initial state (`"state0"`,
+      `"state0[1]"`, `"state0.positions[0, 2]"`), or `"seed"` (integers; member key
+      `fold_in(key, seed)`, or `jax.random.key(seed)` without `key`). For any other leaf use
+      `Axis(values, where=lambda system, state0: ...)`. Values are cast to the dtype of the
+      leaf they replace.
+    - `mode`: `"grid"` (every combination; results shaped `(len(a), len(b), ...)`, last axis
+      fastest) or `"zip"` (axes of equal length `n` varied together; results shaped `(n,)`).
+    - exactly one of
+      - `simulate_kwargs`: keyword arguments of `sciax.simulate` (`integrator`, `dt`,
+        `n_steps`, `save_every`, `observables`, ...) for a fixed-step rollout;
+      - `solve_kwargs`: keyword arguments of `sciax.solve` for a Diffrax solve;
+      - `run`: `run(system, state0, key) -> pytree`, any unbatched, jittable rollout.
+    - `output`: `output(result) -> pytree`, what to keep of each member (e.g.
+      `lambda traj: traj.final_state`); default the whole result. Small outputs make large
+      sweeps cheap.
+    - `reduce`: reductions over members computed chunk by chunk: a name (`"mean"`, `"var"`,
+      `"std"`, `"min"`, `"max"`, `"sum"`, `"count"`, `"median"`), a list of names, or a dict
+      result name -> reduction (`Mean()`, `Variance(ddof=1)`, `Quantile([0.05, 0.95])`,
+      `Streaming(...)`, `Apply(fn)`; see `sciax.ensemble`).
+    - `reduce_over`: the axis names (grid mode) reduced over; default all. The other axes are
+      kept: `reduce="mean", reduce_over=("seed",)` gives the mean over seeds for every rho.
+    - `keep`: keep every member's output on the host (default: True unless `reduce` is given).
+    - `key`: base `jax.random` key; without a `"seed"` axis member `i` gets `fold_in(key, i)`.
+    - `batch_size`: members per chunk, rounded up to a multiple of 8 x the device count (see
+      `LANES`: this keeps results bitwise independent of chunking and device count).
+    - `memory_budget`: bytes of device memory per device a chunk may use; the chunk size is
+      chosen from an estimate of one member's footprint (its rollout output, kept output and
+      carries, via `jax.eval_shape`) and checked against XLA's memory analysis of the
+      compiled chunk. Default: half the free device memory on accelerators, a quarter of the
+      host RAM (shared by the CPU devices) on CPU.
+    - `devices`: None (every local device), an int (the first k local devices), a list of
+      devices, or a 1-D `jax.sharding.Mesh`. The member axis is padded to a multiple of the
+      device count and sharded over them (`shard_map`); each device steps its own members with
+      no cross-device communication. In a multi-process run these are this process's devices.
+    - `check_finite`: flag members whose trajectory (every saved state; for other `run`
+      results, every floating leaf) holds NaN/Inf, or whose solver failed; they are listed in
+      `result.failures` with their coordinates and left out of the reductions, and the other
+      members complete. The kept `output` itself is not checked (NaN padding is allowed).
+    - `order`: the order in which members are run (chunks take consecutive members of it):
+      None (sweep order), a permutation of the flat member indices, or `"cost"` for adaptive
+      solves: a cheap pilot solve estimates each member's step count and members run most
+      expensive first in buckets of similar cost (default `batch_size` 32 per device), so a
+      vmapped adaptive loop does not make every member wait for the slowest of the whole
+      sweep. Results are returned in sweep order regardless.
+    - `gather`: in a multi-process run, give every process all results (True) or only its own
+      members (False: `outputs` is flat over `result.member_indices`; reductions and failure
+      flags are always global).
+
+    **Returns:** a `SweepResult` (`outputs`, `ok`, `failures`, `reductions`, `sel`, `isel`,
+    `info`), holding NumPy arrays on the host.
+
+    **Raises:** `ValueError`/`TypeError` for bad input, naming what was expected: unknown axis
+    names (listing the valid ones), zipped axes of different lengths, non-positive
+    `batch_size`, a `memory_budget` smaller than one member.
+
+    ```python
+    res = sciax.sweep(Lorenz(), jnp.array([1.0, 0.0, 0.0]),
+                      axes={"rho": jnp.linspace(0.0, 30.0, 100), "state0[0]": jnp.array([1.0, 2.0])},
+                      simulate_kwargs=dict(integrator=RK4(), dt=0.01, n_steps=1000, save_every=1000),
+                      output=lambda traj: traj.final_state)
+    res.sel(rho=24.545454, method="nearest").outputs   # (2, 3): both initial x
+    ```
+    """
+    if isinstance(order, str):
+        order, batch_size = _cost_order(order, system, state0, axes, mode, solve_kwargs, key, batch_size,
+                                        memory_budget, devices)
+    plan = _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output, reduce,
+                 reduce_over, keep, key, batch_size, memory_budget, devices, check_finite, order, gather)
+    raw = _execute(plan)
+    return _package(plan, raw)
+
+
+# --------------------------------------------------------------------------------- validate
+@dataclasses.dataclass
+class _Plan:
+    """Everything `_execute` needs, decided on the host before anything runs."""
+
+    config: "_ChunkConfig"  # static: how a chunk is computed (hashable; the compile cache key)
+    payload: tuple  # (system, state0, key, run, output): arrays are traced, the rest static
+    axes: list
+    mode: str
+    shape: tuple
+    n_members: int
+    reductions: dict
+    reduce_axes: tuple  # positions of the reduced dims
+    keep: bool
+    check_finite: bool
+    order: np.ndarray | None
+    gather: bool
+    mesh: object
+    batch: int
+    budget: int | None
+    out_struct: object
+    member_bytes: int
+    start: int  # this process's members: start .. stop - 1
+    stop: int
+    chunk_bytes: int | None = None  # XLA's memory analysis of the chunk, when it was checked
+
+    @property
+    def dims(self):
+        return tuple(a.name for a in self.axes) if self.mode == "grid" else (MEMBER,)
+
+    @property
+    def kept_shape(self):
+        return tuple(n for i, n in enumerate(self.shape) if i not in self.reduce_axes)
+
+    @property
+    def needs_values(self):
+        return self.keep or any(r.needs_values for r in self.reductions.values())
+
+
+def _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output, reduce, reduce_over,
+          keep, key, batch_size, memory_budget, devices, check_finite, order, gather) -> _Plan:
+    if mode not in ("grid", "zip"):
+        raise ValueError(f"sweep: `mode` must be 'grid' or 'zip', got {mode!r}.")
+    resolved = resolve_axes(axes, system, state0)
+    lengths = {a.name: len(a) for a in resolved}
+    if mode == "zip":
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"sweep: in zip mode every axis must have the same length; got lengths {lengths}. "
+                             "Use mode='grid' for every combination.")
+        shape = (next(iter(lengths.values())),)
+    else:
+        shape = tuple(lengths.values())
+    n_members = math.prod(shape)
+    run_fn = _run_function(run, simulate_kwargs, solve_kwargs, key, resolved)
+    if output is not None and not callable(output):
+        raise TypeError(f"sweep: `output` must be a function output(result) -> pytree, got {output!r}.")
+    if key is not None and not (isinstance(key, jax.Array) and (jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+                                                              or key.shape == (2,))):
+        raise TypeError(f"sweep: `key` must be a jax.random key, got {describe(key)}.")
+    reductions = resolve_reductions(reduce)
+    reduce_axes = _reduce_axes(reduce_over, resolved, mode, reductions)
+    keep = (not reductions) if keep is None else bool(keep)
+    _check_chunking(batch_size, memory_budget)
+    order = _check_order(order, n_members)
+    mesh = parallel.member_mesh(devices)
+    specs = tuple(a.spec for a in resolved)
+    payload = (system, state0, key, run_fn, output)
+
+    one_values = [jax.ShapeDtypeStruct(a.values.shape[1:], a.values.dtype) for a in resolved]
+    flat0 = jax.ShapeDtypeStruct((), jnp.int32)
+    result_struct = eqx.filter_eval_shape(lambda p, v, i: _member_result(specs, p, v, i), payload, one_values, flat0)
+    out_struct, _ = eqx.filter_eval_shape(lambda p, v, i: _member(specs, check_finite, p, v, i), payload,
+                                          one_values, flat0)
+    member_bytes = _member_bytes(result_struct, out_struct, state0, one_values)
+    n_dev = mesh.devices.size
+    start, stop = parallel.process_share(n_members)
+    batch, budget = _batch(batch_size, memory_budget, member_bytes, n_dev, stop - start, mesh)
+    needs_values = keep or any(r.needs_values for r in reductions.values())
+    _check_host_memory(needs_values, n_members, out_struct)
+    kept = tuple(i for i in range(len(shape)) if i not in reduce_axes) if mode == "grid" else ()
+    config = _ChunkConfig(
+        axes=specs, mode=mode, shape=shape, mesh=mesh, local=batch // n_dev, check_finite=check_finite,
+        needs_values=needs_values, kept=kept, n_groups=math.prod(shape[i] for i in kept),
+        streaming=tuple((k, r) for k, r in reductions.items() if not r.needs_values),
+        partitioning="single" if n_dev == 1 else "shard_map",
+    )
+    if n_dev > 1 and not _traces_in_shard_map(config, payload, resolved):
+        config = dataclasses.replace(config, partitioning="auto")
+    return _Plan(config=config, payload=payload, axes=resolved, mode=mode, shape=shape, n_members=n_members,
+                 reductions=reductions, reduce_axes=reduce_axes, keep=keep, check_finite=check_finite,
+                 order=order, gather=gather, mesh=mesh, batch=batch, budget=budget, out_struct=out_struct,
+                 member_bytes=member_bytes, start=start, stop=stop)
+
+
+def _check_chunking(batch_size, memory_budget):
+    if batch_size is not None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
+            raise TypeError(f"sweep: `batch_size` must be a positive int, got {describe(batch_size)}.")
+        if batch_size <= 0:
+            raise ValueError(f"sweep: `batch_size` must be a positive number of members per chunk, got {batch_size}.")
+    if memory_budget is not None:
+        if isinstance(memory_budget, bool) or not isinstance(memory_budget, int | float | np.number) \
+                or not memory_budget > 0:
+            raise ValueError(f"sweep: `memory_budget` must be a positive number of bytes, got {memory_budget!r}.")
+
+
+def _traces_in_shard_map(config, payload, axes) -> bool:
+    """Whether one chunk traces inside `shard_map` (see `_chunk`); tracing only, no compile."""
+    tables = [jax.ShapeDtypeStruct(a.values.shape, a.values.dtype) for a in axes]
+    index = jax.ShapeDtypeStruct((), jnp.int32)
+    try:
+        eqx.filter_eval_shape(_chunk, config, payload, tables, None, index, index)
+    except ValueError as e:
+        if "does not match out_structure" in str(e):  # lineax under shard_map (see _chunk)
+            return False
+        raise
+    return True
+
+
+def _run_function(run, simulate_kwargs, solve_kwargs, key, axes):
+    given = {"run": run, "simulate_kwargs": simulate_kwargs, "solve_kwargs": solve_kwargs}
+    chosen = [k for k, v in given.items() if v is not None]
+    if len(chosen) != 1:
+        raise ValueError(
+            "sweep: pass exactly one of `simulate_kwargs=dict(integrator=..., dt=..., n_steps=...)`, "
+            f"`solve_kwargs=dict(...)` or `run=fn(system, state0, key)`; got {chosen or 'none'}."
+        )
+    if run is not None:
+        if not callable(run):
+            raise TypeError(f"sweep: `run` must be a function run(system, state0, key) -> pytree, got {run!r}.")
+        return run
+    if simulate_kwargs is not None:
+        fn, name, kwargs = simulate, "simulate", simulate_kwargs
+    else:
+        from .._solve import solve  # imported lazily: the Diffrax path is optional here
+
+        fn, name, kwargs = solve, "solve", solve_kwargs
+    if not isinstance(kwargs, dict):
+        raise TypeError(f"sweep: `{name}_kwargs` must be a dict of {name}'s keyword arguments, got {kwargs!r}.")
+    params = inspect.signature(fn).parameters
+    valid = sorted(p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY and p not in _RESERVED)
+    reserved = _RESERVED | ({"throw"} if name == "solve" else set())
+    for k in kwargs:
+        if k in reserved:
+            raise ValueError(f"sweep: do not pass `{k}` in `{name}_kwargs`; sweep sets it per member "
+                             "(use sweep's own `key=` and `check_finite=`; solves run with throw=False so "
+                             "that failed members are reported and the others complete).")
+        if k not in valid:
+            raise ValueError(f"sweep: `{name}_kwargs` has unknown argument {k!r}; valid: {valid}.")
+    integrator = kwargs.get("integrator")
+    if getattr(integrator, "stochastic", False) and key is None and not any(a.kind == "seed" for a in axes):
+        raise ValueError(f"sweep: {type(integrator).__name__} is stochastic: pass `key=jax.random.key(...)` "
+                         "or a 'seed' axis.")
+    kwargs = dict(kwargs, throw=False) if name == "solve" else dict(kwargs)
+    return _Rollout(fn=fn, kwargs=kwargs, takes_key="key" in params)
+
+
+class _Rollout(eqx.Module):
+    """`simulate`/`solve` with fixed keyword arguments, as a pytree: array arguments are traced,
+    the rest (integrator configuration, step counts, functions) is static."""
+
+    fn: Callable = eqx.field(static=True)
+    kwargs: dict
+    takes_key: bool = eqx.field(static=True)
+
+    def __call__(self, system, state0, key):
+        extra = {"key": key} if self.takes_key and key is not None else {}
+        return self.fn(system, state0, **self.kwargs, **extra)
+
+
+def _reduce_axes(reduce_over, axes, mode, reductions) -> tuple:
+    names = [a.name for a in axes]
+    if reduce_over is None:
+        return tuple(range(len(names))) if mode == "grid" else (0,)
+    if not reductions:
+        raise ValueError("sweep: `reduce_over` was given without `reduce`; pass reductions, e.g. reduce='mean'.")
+    if isinstance(reduce_over, str):
+        reduce_over = (reduce_over,)
+    reduce_over = tuple(reduce_over)
+    for n in reduce_over:
+        if n not in names:
+            raise ValueError(f"sweep: `reduce_over` names {n!r}, which is not an axis; axes: {names}.")
+    if mode == "zip":
+        if set(reduce_over) != set(names):
+            raise ValueError("sweep: in zip mode the axes form one member dimension; reductions run over all "
+                             f"of it (reduce_over=None), got reduce_over={list(reduce_over)}.")
+        return (0,)
+    if not reduce_over:
+        raise ValueError("sweep: `reduce_over` is empty; name at least one axis to reduce over.")
+    return tuple(names.index(n) for n in sorted(set(reduce_over), key=names.index))
+
+
+# Cost ordering for adaptive solves. Under `vmap` Diffrax's while-loop runs until the slowest
+# member of the batch finishes, and every lane computes every iteration, so a batch costs
+# (batch size) x (its largest step count). Sorting members by estimated cost and running
+# buckets of similar cost removes most of that waste; buckets of 32 members per device were the
+# best compromise with the per-iteration overhead in our measurements (docs/multihost.md).
+COST_BUCKET = 32
+PILOT_STEPS = 256
+PILOT_FRAMES = 257
+
+
+def _cost_order(order, system, state0, axes, mode, solve_kwargs, key, batch_size, memory_budget, devices):
+    """Order members by a pilot estimate of their step count (most expensive first).
+
+    The pilot solves every member with the same solver and tolerances but at most
+    `PILOT_STEPS` steps, saving `PILOT_FRAMES` times over [t0, t1]; a member that finishes
+    gives its exact step count, one that does not gives steps x span / time reached. The
+    pilot costs at most `PILOT_STEPS` steps per member.
+    """
+    if order != "cost":
+        raise ValueError(f"sweep: `order` must be None, 'cost' or a permutation of member indices, got {order!r}.")
+    if solve_kwargs is None or not isinstance(solve_kwargs, dict) or "t0" not in solve_kwargs \
+            or "t1" not in solve_kwargs:
+        raise ValueError("sweep: order='cost' estimates the cost of adaptive solves; it needs "
+                         "solve_kwargs=dict(t0=..., t1=..., ...). For other runs pass `order=` a permutation.")
+    t0, t1 = solve_kwargs["t0"], solve_kwargs["t1"]
+    pilot_kwargs = dict(solve_kwargs, max_steps=PILOT_STEPS, save_at=np.linspace(float(t0), float(t1), PILOT_FRAMES))
+    pilot_kwargs.pop("observables", None)
+    costs = sweep(system, state0, axes=axes, mode=mode, solve_kwargs=pilot_kwargs, output=_pilot_cost, key=key,
+                  memory_budget=memory_budget, devices=devices, check_finite=False).outputs
+    costs = np.asarray(costs).reshape(-1)
+    ranked = np.argsort(-costs, kind="stable")
+    n_proc = jax.process_count()
+    if n_proc > 1:  # deal members round-robin so every process gets a similar mix of costs
+        ranked = np.concatenate([ranked[p::n_proc] for p in range(n_proc)])
+    if batch_size is None:
+        batch_size = COST_BUCKET * parallel.member_mesh(devices).devices.size
+    return ranked, batch_size
+
+
+def _pilot_cost(traj):
+    n = traj.stats["num_steps"].astype(jnp.float32)
+    frames = traj.finite.shape[-1]
+    reached = jnp.max(jnp.where(traj.finite, jnp.arange(frames), 0)).astype(jnp.float32)
+    return jnp.where(traj.stats["success"], n, n * (frames - 1) / jnp.maximum(reached, 0.5))
+
+
+def _check_order(order, n):
+    if order is None:
+        return None
+    order = np.asarray(order)
+    if order.shape != (n,) or not np.issubdtype(order.dtype, np.integer) or \
+            not np.array_equal(np.sort(order), np.arange(n)):
+        raise ValueError(f"sweep: `order` must be a permutation of the {n} flat member indices, got "
+                         f"{describe(order)}.")
+    return order.astype(np.int32)
+
+
+def _member_ok(result):
+    """True if the member finished: for a `Trajectory`, every saved state finite and (for
+    solves) the solver succeeded; for any other run result, all its floating leaves finite.
+    The kept `output` is not checked: it may use NaN as padding on purpose."""
+    if isinstance(result, Trajectory):
+        flags = [jnp.all(result.finite)]
+        stats = result.stats or {}
+        if "success" in stats:
+            flags.append(jnp.all(jnp.asarray(stats["success"])))
+    else:
+        flags = [jnp.all(jnp.isfinite(x)) for x in jtu.tree_leaves(result)
+                 if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(flags)) if flags else jnp.asarray(True)
+
+
+def _member_result(specs, payload, values, flat):
+    system, state0, key, run, _ = payload
+    system, state0, key = apply_axes(specs, system, state0, key, values, flat)
+    return run(system, state0, key)
+
+
+def _member(specs, check_finite, payload, values, flat):
+    """One member: (kept output, ok flag). Pure and unbatched; the ensemble is its vmap."""
+    result = _member_result(specs, payload, values, flat)
+    output = payload[4]
+    out = output(result) if output is not None else result
+    ok = _member_ok(result) if check_finite else jnp.asarray(True)
+    return out, ok
+
+
+def _nbytes(tree) -> int:
+    return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in jtu.tree_leaves(tree)
+               if hasattr(x, "shape"))
+
+
+def _member_bytes(result_struct, out_struct, state0, one_values) -> int:
+    """Estimated live bytes of one member: its rollout result, its kept output (twice: the
+    chunk being computed and the one being copied out), carries and stage vectors of the
+    integrator (a generous 16 states) and its axis values."""
+    state = _nbytes(jtu.tree_map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)),
+                                 jtu.tree_leaves(state0)))
+    return int(_nbytes(result_struct) + 2 * _nbytes(out_struct) + 16 * state + _nbytes(one_values) + 16)
+
+
+def _default_budget(mesh) -> int:
+    device = mesh.devices.flat[0]
+    stats = None
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001 - not every backend reports memory
+        stats = None
+    if stats and "bytes_limit" in stats:
+        return int(0.5 * (stats["bytes_limit"] - stats.get("bytes_in_use", 0)))
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    n_cpu_devices = max(1, sum(d.platform == "cpu" for d in jax.local_devices()))
+    return int(0.25 * ram / n_cpu_devices)
+
+
+def _batch(batch_size, memory_budget, member_bytes, n_dev, n_local, mesh):
+    """Members per chunk: a multiple of the device count, and per device a multiple of `LANES`
+    (see there) unless the memory limit allows fewer than `LANES` members per device."""
+    budget = int(memory_budget) if memory_budget is not None else None
+    if budget is not None and member_bytes > budget:
+        raise ValueError(
+            f"sweep: memory_budget={budget} bytes is smaller than one member, which needs about "
+            f"{member_bytes} bytes (its rollout output, kept output and carries); raise the budget, keep "
+            "less per member (`output=`, `save_every`, simulate's save_states=False) or use reductions."
+        )
+    limit = budget if budget is not None else (_default_budget(mesh) if batch_size is None else None)
+    per_device = max(1, math.ceil(n_local / n_dev))
+    if batch_size is not None:
+        per_device = min(per_device, math.ceil(batch_size / n_dev))
+    per_device = _round_up(per_device, LANES)
+    if limit is not None:
+        fits = limit // member_bytes
+        if fits < per_device:
+            per_device = (fits // LANES) * LANES if fits >= LANES else max(1, fits)
+    return _balance(n_local, per_device, n_dev) * n_dev, limit
+
+
+def _balance(n_local, per_device, n_dev):
+    """Members per device per chunk: at most `per_device`, with the chunks as equal as lanes allow."""
+    n_chunks = max(1, math.ceil(n_local / (per_device * n_dev)))
+    even = math.ceil(n_local / (n_chunks * n_dev))
+    return min(per_device, _round_up(even, LANES if per_device >= LANES else 1))
+
+
+def _round_up(n, k):
+    return -(-n // k) * k
+
+
+def _check_host_memory(needs_values, n_members, out_struct):
+    if not needs_values:
+        return
+    need = n_members * _nbytes(out_struct)
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if need > 0.5 * ram:
+        raise ValueError(
+            f"sweep: keeping every member's output needs {need / 2**30:.1f} GiB of host memory "
+            f"({n_members} members x {_nbytes(out_struct)} bytes), more than half of the {ram / 2**30:.1f} GiB "
+            "here. Keep less per member (`output=`), pass streaming `reduce=` reductions with keep=False, "
+            "or run in several sweeps."
+        )
+
+
+# --------------------------------------------------------------------------------- execute
+@dataclasses.dataclass(frozen=True)
+class _ChunkConfig:
+    """Static description of the compiled chunk (hashable, so equal sweeps reuse the compile)."""
+
+    axes: tuple
+    mode: str
+    shape: tuple
+    mesh: object
+    local: int  # members per device per chunk
+    check_finite: bool
+    needs_values: bool
+    kept: tuple  # positions of the dims kept by the reductions
+    n_groups: int
+    streaming: tuple  # ((name, reduction), ...) computed on device
+    partitioning: str = "shard_map"  # "single" (one device), "shard_map" or "auto" (see _chunk)
+
+
+@eqx.filter_jit
+def _chunk(config: _ChunkConfig, payload, tables, order, start, stop):
+    """Members at positions `start .. start + batch - 1` (of `order`, or flat) below `stop`.
+
+    Partitioning over the mesh:
+
+    - `"shard_map"`: each device takes a contiguous slice of the chunk and runs
+      `vmap(_member)` over it inside `shard_map`: no communication while stepping, and each
+      device's adaptive solves stop when its own members are done.
+    - `"auto"`: the same vmap with the member axis sharded by `NamedSharding`, partitioned by
+      XLA. Fixed-step scans need no communication either, but a vmapped while-loop (adaptive
+      solves) tests "any member still running" across the whole mesh at every step. Used only
+      when the rollout cannot be traced inside `shard_map` (Diffrax's implicit solvers: lineax
+      0.1.1 compares shapes with and without the manual-mesh sharding and fails).
+    - `"single"`: one device, plain `vmap`.
+
+    The partial reductions of the chunk are combined across devices once.
+
+    Returns (outputs or None, ok, valid, flat indices, {name: partial reduction state}).
+    """
+    mesh = config.mesh
+    axis = mesh.axis_names[0]
+    dynamic, static = eqx.partition(payload, eqx.is_array)
+
+    def members(dynamic, tables, order, start, stop, first, size):
+        pos = start + first + jnp.arange(size, dtype=jnp.int32)
+        if config.partitioning == "auto":
+            pos = lax.with_sharding_constraint(pos, parallel.member_sharding(mesh))
+        valid = pos < stop
+        pos = jnp.clip(pos, 0, jnp.maximum(stop - 1, 0))
+        flat = order[pos] if order is not None else pos
+        coords = jnp.unravel_index(flat, config.shape) if config.mode == "grid" else (flat,) * len(tables)
+        values = [t[c] for t, c in zip(tables, coords)]
+        member = lambda p, v, i: _member(config.axes, config.check_finite, eqx.combine(p, static), v, i)  # noqa: E731
+        outs, ok = jax.vmap(member, in_axes=(None, 0, 0))(dynamic, values, flat)
+        return outs, ok, valid, flat
+
+    size = config.local * mesh.devices.size
+    if config.partitioning == "shard_map":
+        def on_device(dynamic, tables, order, start, stop):
+            return members(dynamic, tables, order, start, stop, lax.axis_index(axis) * config.local, config.local)
+
+        sharded = jax.shard_map(on_device, mesh=mesh, in_specs=P(), out_specs=P(axis), check_vma=False)
+        outs, ok, valid, flat = sharded(dynamic, tables, order, start, stop)
+    else:
+        outs, ok, valid, flat = members(dynamic, tables, order, start, stop, 0, size)
+    mask = valid & ok if config.check_finite else valid
+    groups = jnp.zeros_like(flat)
+    if config.kept:
+        coords = jnp.unravel_index(flat, config.shape)
+        for i in config.kept:
+            groups = groups * config.shape[i] + coords[i]
+    partials = {k: tree_partial(r, outs, mask, groups, config.n_groups) for k, r in config.streaming}
+    return (outs if config.needs_values else None), ok, valid, flat, partials
+
+
+@eqx.filter_jit
+def _merge(config: _ChunkConfig, out_struct, a, b):
+    return {k: tree_merge(r, out_struct, a[k], b[k]) for k, r in config.streaming}
+
+
+def _execute(plan: _Plan) -> dict:
+    tables = [jnp.asarray(a.values) for a in plan.axes]
+    order = None if plan.order is None else jnp.asarray(plan.order)
+    stop = jnp.int32(plan.stop)
+    run_chunk = _compile(plan, tables, order, stop)
+    batch = plan.batch
+    n_local = plan.stop - plan.start
+    n_chunks = max(1, math.ceil(n_local / batch))
+    values = (jtu.tree_map(lambda s: np.empty((n_local, *s.shape), s.dtype), plan.out_struct)
+              if plan.needs_values else None)
+    ok = np.ones(n_local, bool)
+    flat_local = np.empty(n_local, np.int64)
+    state = None
+    pending = []
+
+    def collect(item):
+        first, outs, ok_c, valid_c, flat_c = item
+        n = int(np.asarray(valid_c).sum())  # the valid members are a prefix of the chunk
+        sl = slice(first - plan.start, first - plan.start + n)
+        ok[sl] = np.asarray(ok_c)[:n]
+        flat_local[sl] = np.asarray(flat_c)[:n]
+        if values is not None:
+            jtu.tree_map(lambda dst, src: dst.__setitem__(sl, np.asarray(src)[:n]), values, outs)
+
+    for c in range(n_chunks):
+        first = plan.start + c * batch
+        outs, ok_c, valid_c, flat_c, partials = run_chunk(jnp.int32(first))
+        state = partials if state is None else _merge(plan.config, plan.out_struct, state, partials)
+        pending.append((first, outs, ok_c, valid_c, flat_c))
+        if len(pending) > 1:  # copy chunk c-1 out while chunk c computes (async dispatch)
+            collect(pending.pop(0))
+    for item in pending:
+        collect(item)
+    state = jtu.tree_map(np.asarray, state)
+    return dict(values=values, ok=ok, flat=flat_local, state=state, n_chunks=n_chunks, batch=batch)
+
+
+def _compile(plan: _Plan, tables, order, stop):
+    """The chunk runner. When the memory limit may bind, compile ahead of time and check XLA's
+    memory analysis of the chunk against it, shrinking the chunk if needed; otherwise use the
+    jit cache, so repeating an identical sweep does not recompile."""
+    n_dev = plan.mesh.devices.size
+    config = plan.config
+    if plan.budget is None or plan.member_bytes * config.local * 4 < plan.budget:
+        return lambda first: _chunk(config, plan.payload, tables, order, first, stop)
+    resident = _nbytes(tables) + (0 if order is None else order.nbytes)
+    for attempt in range(4):
+        config = dataclasses.replace(config, local=plan.batch // n_dev)
+        compiled = _chunk.lower(config, plan.payload, tables, order, jnp.int32(plan.start), stop).compile()
+        mem = _compiled_bytes(compiled.compiled, resident)
+        if mem is None or mem <= plan.budget or config.local == 1 or attempt == 3:
+            break
+        local = int(config.local * 0.9 * plan.budget / mem)
+        local = _balance(plan.stop - plan.start, (local // LANES) * LANES or max(1, local), n_dev)
+        if local >= config.local:
+            break
+        plan.batch = local * n_dev
+    plan.config = config
+    plan.chunk_bytes = mem
+    return lambda first: compiled(config, plan.payload, tables, order, first, stop)
+
+
+def _compiled_bytes(compiled, resident=0) -> int | None:
+    """Peak bytes of one chunk per device per XLA (arguments + outputs + temporaries), plus the
+    previous chunk's outputs still being copied out, less the `resident` arguments that live for
+    the whole sweep whatever the chunk size (the axis values and the member order)."""
+    try:
+        m = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001 - not every backend implements it
+        return None
+    if m is None:
+        return None
+    return int(m.argument_size_in_bytes - resident + 2 * m.output_size_in_bytes + m.temp_size_in_bytes
+               - m.alias_size_in_bytes)
+
+
+# --------------------------------------------------------------------------------- package
+def _package(plan: _Plan, raw: dict) -> SweepResult:
+    n = plan.n_members
+    values, ok_local, flat_local = raw["values"], raw["ok"], raw["flat"]
+    state = raw["state"]
+    n_proc = jax.process_count()
+    if n_proc > 1:
+        share = max(parallel.process_share(n, p, n_proc)[1] - parallel.process_share(n, p, n_proc)[0]
+                    for p in range(n_proc))
+        pad = share - len(ok_local)
+        gathered = parallel.allgather({
+            "ok": np.pad(ok_local, (0, pad)), "flat": np.pad(flat_local, (0, pad), constant_values=-1),
+            "state": state,
+            "values": jtu.tree_map(lambda x: np.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1)), values)
+            if values is not None and (plan.gather or _exact(plan)) else None,
+        })
+        flat_all = gathered["flat"].reshape(-1)
+        real = flat_all >= 0
+        ok = np.ones(n, bool)
+        ok[flat_all[real]] = gathered["ok"].reshape(-1)[real]
+        state = _merge_processes(plan, gathered["state"], n_proc)
+        all_values = None
+        if gathered["values"] is not None:
+            all_values = jtu.tree_map(lambda x: _scatter(x.reshape((-1,) + x.shape[2:])[real], flat_all[real], n),
+                                      gathered["values"])
+    elif plan.order is None:  # one process, members in sweep order: no copy
+        ok, all_values = ok_local, values
+    else:
+        ok = np.ones(n, bool)
+        ok[flat_local] = ok_local
+        all_values = None if values is None else jtu.tree_map(lambda x: _scatter(x, flat_local, n), values)
+
+    grid = lambda x: x.reshape(plan.shape + x.shape[1:])  # noqa: E731
+    ok_grid = grid(ok)
+    dims = plan.dims
+    kept_dims = tuple(d for i, d in enumerate(dims) if i not in plan.reduce_axes)
+    reduced_dims = tuple(d for i, d in enumerate(dims) if i in plan.reduce_axes)
+    reductions = {}
+    for name, red in plan.reductions.items():
+        if red.needs_values:
+            reductions[name] = red.from_values(jtu.tree_map(grid, all_values), ok_grid, plan.reduce_axes,
+                                               plan.check_finite)
+        else:
+            reductions[name] = tree_finalize(red, plan.out_struct, state[name], plan.kept_shape)
+    axes = {a.name: a.coords for a in plan.axes}
+    result = SweepResult(axes=axes, mode=plan.mode, dims=dims, shape=plan.shape, outputs=None,
+                         ok=ok_grid if plan.check_finite else None, failures=[], reductions=reductions,
+                         reduced_dims=reduced_dims, kept_dims=kept_dims, info={})
+    if plan.check_finite:
+        result.failures = [{"index": int(i), **result.coords(int(i))} for i in np.flatnonzero(~ok)]
+    if plan.keep:
+        if plan.gather:
+            result.outputs = jtu.tree_map(grid, all_values)
+        else:
+            order = np.argsort(flat_local)
+            result.outputs = jtu.tree_map(lambda x: x[order], values)
+            result.member_indices = flat_local[order]
+    result.info = dict(members=n, chunks=raw["n_chunks"], batch_size=raw["batch"],
+                       devices=plan.mesh.devices.size, partitioning=plan.config.partitioning,
+                       processes=n_proc, member_bytes=plan.member_bytes,
+                       memory_budget=plan.budget, chunk_bytes=plan.chunk_bytes,
+                       process_members=(plan.start, plan.stop),
+                       padding=raw["n_chunks"] * raw["batch"] - (plan.stop - plan.start))
+    return result
+
+
+def _exact(plan):
+    return any(r.needs_values for r in plan.reductions.values())
+
+
+def _scatter(x, flat, n):
+    out = np.empty((n,) + x.shape[1:], x.dtype)
+    out[flat] = x
+    return out
+
+
+def _merge_processes(plan, stacked, n_proc):
+    streaming = {k: r for k, r in plan.reductions.items() if not r.needs_values}
+    state = jtu.tree_map(lambda x: x[0], stacked)
+    for p in range(1, n_proc):
+        other = jtu.tree_map(lambda x, p=p: x[p], stacked)
+        state = {k: tree_merge(r, plan.out_struct, state[k], other[k]) for k, r in streaming.items()}
+    return jtu.tree_map(np.asarray, state)

@@ -1,0 +1,160 @@
+"""Devices and hosts: meshes for sharding an ensemble axis, and JAX's distributed runtime.
+
+Multi-host runs use `jax.distributed` (no home-made scheduler). Every process runs the same
+script; `initialize_distributed()` connects them, after which `sciax.sweep` gives each
+process a contiguous share of the members, runs it on that process's local devices, and
+gathers the results (or leaves them per process, `gather=False`). See `docs/multihost.md`.
+"""
+
+import os
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+MEMBER_AXIS = "members"
+
+_ENV = ("SCIAX_COORDINATOR", "SCIAX_NUM_PROCESSES", "SCIAX_PROCESS_ID")
+
+
+def initialize_distributed(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    *,
+    local_device_ids=None,
+    initialization_timeout: int = 300,
+) -> bool:
+    """Start JAX's distributed runtime from arguments, environment variables or SLURM.
+
+    Call once per process, before any other JAX computation. In order of precedence:
+
+    1. the arguments;
+    2. `SCIAX_COORDINATOR` (`host:port` of process 0), `SCIAX_NUM_PROCESSES`,
+       `SCIAX_PROCESS_ID`;
+    3. a SLURM job step with more than one task (`SLURM_NTASKS > 1`): JAX detects the
+       coordinator, process count and id from SLURM's variables;
+    4. otherwise nothing is started and the run is single-process.
+
+    On CPU, cross-process collectives need an implementation: this selects Gloo
+    (`jax_cpu_collectives_implementation="gloo"`) before initializing, which does not affect
+    GPU/TPU backends.
+
+    **Returns:** True if the distributed runtime was started (or already running), False for
+    a single-process run.
+
+    **Raises:** `ValueError` if only some of the three settings are given, or they are not
+    integers / in range.
+    """
+    if jax.distributed.is_initialized():
+        return True
+    coordinator_address = coordinator_address or os.environ.get("SCIAX_COORDINATOR") or None
+    num_processes = num_processes if num_processes is not None else _env_int("SCIAX_NUM_PROCESSES")
+    process_id = process_id if process_id is not None else _env_int("SCIAX_PROCESS_ID")
+    given = [coordinator_address is not None, num_processes is not None, process_id is not None]
+    if any(given) and not all(given):
+        missing = [name for name, g in zip(_ENV, given) if not g]
+        raise ValueError(
+            "initialize_distributed: a multi-process run needs the coordinator address, the number "
+            f"of processes and this process's id; missing {missing} (as arguments "
+            "coordinator_address/num_processes/process_id or the environment variables "
+            f"{', '.join(_ENV)})."
+        )
+    if all(given):
+        if num_processes < 1 or not 0 <= process_id < num_processes:
+            raise ValueError(
+                f"initialize_distributed: need num_processes >= 1 and 0 <= process_id < num_processes, "
+                f"got num_processes={num_processes}, process_id={process_id}."
+            )
+        _select_cpu_collectives()
+        jax.distributed.initialize(
+            coordinator_address=coordinator_address, num_processes=num_processes, process_id=process_id,
+            local_device_ids=local_device_ids, initialization_timeout=initialization_timeout,
+        )
+        return True
+    if _env_int("SLURM_NTASKS", default=1) > 1 and "SLURM_JOB_ID" in os.environ:
+        _select_cpu_collectives()
+        jax.distributed.initialize(local_device_ids=local_device_ids,
+                                   initialization_timeout=initialization_timeout)
+        return True
+    return False
+
+
+def _select_cpu_collectives():
+    if jax.config.jax_cpu_collectives_implementation in (None, "", "none"):
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+
+
+def _env_int(name, default=None):
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be an integer, got {value!r}.") from None
+
+
+def process_share(n_members: int, process_index: int | None = None, process_count: int | None = None):
+    """The contiguous range `(start, stop)` of `n_members` that a process computes.
+
+    Shares differ in size by at most one; process `p` gets members `start..stop-1`.
+    """
+    p = jax.process_index() if process_index is None else process_index
+    n = jax.process_count() if process_count is None else process_count
+    base, extra = divmod(n_members, n)
+    start = p * base + min(p, extra)
+    return start, start + base + (1 if p < extra else 0)
+
+
+def member_mesh(devices=None) -> Mesh:
+    """A 1-D mesh with axis name `"members"` over `devices`.
+
+    `devices`: None (all of this process's local devices), an int `k` (the first `k` local
+    devices), a sequence of devices, or a 1-D `jax.sharding.Mesh` (returned as is).
+    """
+    if isinstance(devices, Mesh):
+        if devices.devices.ndim != 1:
+            raise ValueError(
+                f"sweep: `devices` must be a 1-D Mesh (the ensemble axis is sharded over one mesh axis), "
+                f"got a mesh of shape {dict(devices.shape)}; use Mesh(devices.flatten(), ('members',))."
+            )
+        if not all(d.process_index == jax.process_index() for d in devices.devices.flat):
+            raise ValueError(
+                "sweep: the mesh must hold this process's own (local) devices; in a multi-process "
+                "run each process shards its share of members over its local devices."
+            )
+        return devices
+    local = jax.local_devices()
+    if devices is None:
+        chosen = local
+    elif isinstance(devices, int | np.integer) and not isinstance(devices, bool):
+        if not 1 <= devices <= len(local):
+            raise ValueError(f"sweep: `devices={devices}` but this process has {len(local)} local device(s).")
+        chosen = local[: int(devices)]
+    else:
+        chosen = list(devices)
+        if not chosen or not all(isinstance(d, jax.Device) for d in chosen):
+            raise TypeError(f"sweep: `devices` must be None, an int, a list of jax devices or a Mesh, got {devices!r}.")
+    return Mesh(np.array(chosen), (MEMBER_AXIS,))
+
+
+def member_sharding(mesh: Mesh) -> NamedSharding:
+    """Shard a leading ensemble axis over the mesh's (single) axis."""
+    return NamedSharding(mesh, PartitionSpec(mesh.axis_names[0]))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def allgather(tree):
+    """Gather a pytree of host arrays from every process, stacked on a new leading process axis.
+
+    Every process must call this with arrays of the same shapes and dtypes.
+    """
+    if jax.process_count() == 1:
+        return jax.tree_util.tree_map(lambda x: np.asarray(x)[None], tree)
+    from jax.experimental import multihost_utils
+
+    return jax.tree_util.tree_map(np.asarray, multihost_utils.process_allgather(tree, tiled=False))

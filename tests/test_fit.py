@@ -1,0 +1,401 @@
+"""sciax.fit: recovery of known parameters, uncertainties, solvers, multiple shooting, bad input.
+
+Compilation dominates the cost of a fit, so the tests share a few fit configurations (the
+same observe function, transforms, solver and data shapes hit the same compiled solve).
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.optimize
+
+import sciax
+from sciax import (
+    Bounded,
+    FitError,
+    Fixed,
+    MultipleShooting,
+    PhaseSpace,
+    Positive,
+    Simulate,
+)
+from sciax.integrators import RK4, VelocityVerlet
+from sciax.systems import DampedDrivenOscillator, Lorenz, MassSpringChain
+
+# ---------------------------------------------------------------------------------------------
+# The damped oscillator: x(t) observed at 201 times over [0, 20], RK4 with dt = 0.01.
+# ---------------------------------------------------------------------------------------------
+
+DT = 0.01
+TRUTH = DampedDrivenOscillator(omega=2.0, zeta=0.1)
+GUESS = DampedDrivenOscillator(omega=1.5, zeta=0.3)
+Y0 = jnp.array([1.0, 0.0])
+ROLLOUT = Simulate(RK4(), dt=DT)
+TRANSFORMS = {"omega": Positive(), "zeta": Bounded(0.0, 1.0)}
+TOL = {"rtol": 1e-10, "atol": 1e-10}
+
+
+def position(y):
+    return y[0]
+
+
+def oscillator_data():
+    traj = sciax.simulate(TRUTH, Y0, integrator=RK4(), dt=DT, n_steps=2000, save_every=10)
+    return np.asarray(traj.times), np.asarray(traj.states[:, 0])
+
+
+TIMES, CLEAN = oscillator_data()
+
+
+def fit_oscillator(observed, **kwargs):
+    options = {"params": ("omega", "zeta"), "observe": position, "rollout": ROLLOUT, "transforms": TRANSFORMS,
+               **TOL, **kwargs}
+    return sciax.fit(GUESS, Y0, TIMES, observed, **options)
+
+
+def noisy(seed, noise=0.05):
+    return CLEAN + noise * np.random.default_rng(seed).standard_normal(CLEAN.shape)
+
+
+def test_noise_free_recovery_ode():
+    result = fit_oscillator(CLEAN)
+    assert result.converged and result.message == ""
+    np.testing.assert_allclose(result.params["omega"], 2.0, rtol=1e-8)
+    np.testing.assert_allclose(result.params["zeta"], 0.1, rtol=1e-8)
+    assert float(result.loss) < 1e-20
+    np.testing.assert_allclose(result.system.omega, result.params["omega"])
+    assert result.labels == ("omega", "zeta")
+    assert result.n_observations == 201 and result.n_parameters == 2
+    assert result.residuals.shape == (201,) and result.n_steps > 0
+
+
+def test_noisy_truth_within_reported_standard_errors():
+    """Coverage over seeds: |error| < 3 SE always, and < 1 SE about 68% of the time."""
+    z = []
+    for seed in range(12):
+        result = fit_oscillator(noisy(seed), sigma=0.05)
+        assert result.converged
+        for name in ("omega", "zeta"):
+            z.append((float(result.params[name]) - float(getattr(TRUTH, name)))
+                     / float(result.standard_errors[name]))
+    z = np.abs(np.array(z))
+    assert np.all(z < 3), z
+    assert 0.45 < np.mean(z < 1) < 0.9, z  # calibrated: neither too small nor too large
+
+
+def test_covariance_matches_scipy_least_squares():
+    data = noisy(100)
+    result = fit_oscillator(data)  # sigma not given: covariance scaled by s² = Σr²/(n − p)
+
+    import jax
+
+    @jax.jit
+    def model(p):
+        system = DampedDrivenOscillator(omega=p[0], zeta=p[1])
+        return sciax.simulate(system, Y0, integrator=RK4(), dt=DT, n_steps=2000, save_every=10).states[:, 0]
+
+    def residuals(p):
+        return np.asarray(model(jnp.asarray(p))) - data
+
+    x_opt = np.array([result.params["omega"], result.params["zeta"]], dtype=float)
+    reference = scipy.optimize.least_squares(residuals, x_opt * 1.01, method="lm", jac="3-point",
+                                             xtol=1e-14, ftol=1e-14)
+    np.testing.assert_allclose(reference.x, x_opt, rtol=1e-7)
+    jac = reference.jac
+    s2 = np.sum(reference.fun**2) / (len(data) - 2)
+    expected = np.linalg.inv(jac.T @ jac) * s2
+    np.testing.assert_allclose(result.covariance, expected, rtol=1e-6)
+    np.testing.assert_allclose(result.residual_variance, s2, rtol=1e-8)
+    np.testing.assert_allclose(result.standard_errors["omega"], np.sqrt(expected[0, 0]), rtol=1e-6)
+    corr = expected[0, 1] / np.sqrt(expected[0, 0] * expected[1, 1])
+    np.testing.assert_allclose(result.correlation, [[1, corr], [corr, 1]], rtol=1e-6)
+
+    # With sigma given the covariance is not rescaled: σ² (JᵀJ)⁻¹.
+    with_sigma = fit_oscillator(data, sigma=0.05)
+    np.testing.assert_allclose(with_sigma.covariance, expected * 0.05**2 / s2, rtol=1e-6)
+    np.testing.assert_allclose(with_sigma.params["omega"], result.params["omega"], rtol=1e-9)
+
+
+@pytest.mark.parametrize("solver", ["gauss_newton", "bfgs"])
+def test_solvers_reach_the_same_optimum(solver):
+    data = noisy(7)
+    reference = fit_oscillator(data)
+    other = fit_oscillator(data, solver=solver)
+    assert other.converged
+    for name in ("omega", "zeta"):
+        np.testing.assert_allclose(other.params[name], reference.params[name], rtol=1e-6)
+    np.testing.assert_allclose(other.covariance, reference.covariance, rtol=1e-4)
+
+
+def test_forward_and_reverse_jacobians_agree():
+    data = noisy(8)
+    forward = fit_oscillator(data, jacobian="forward")
+    reverse = fit_oscillator(data, jacobian="reverse")
+    for name in ("omega", "zeta"):
+        np.testing.assert_allclose(reverse.params[name], forward.params[name], rtol=1e-9)
+    np.testing.assert_allclose(reverse.covariance, forward.covariance, rtol=1e-8)
+
+
+def test_selector_and_filter_select_like_names():
+    import equinox as eqx
+    import jax.tree_util as jtu
+
+    by_name = fit_oscillator(CLEAN)
+    by_selector = fit_oscillator(CLEAN, params=lambda s: (s.omega, s.zeta))
+    flags = eqx.tree_at(lambda s: (s.omega, s.zeta), jtu.tree_map(lambda _: False, GUESS), (True, True))
+    by_filter = fit_oscillator(CLEAN, params=flags)
+    for result in (by_selector, by_filter):
+        assert result.labels == by_name.labels
+        np.testing.assert_array_equal(result.params["omega"], by_name.params["omega"])
+    with pytest.raises(ValueError, match="selector returned .* not a field of the DampedDrivenOscillator"):
+        fit_oscillator(CLEAN, params=lambda s: jnp.array(2.0))
+
+
+def test_float32_fit_follows_the_state_dtype():
+    y0 = Y0.astype(jnp.float32)
+    traj = sciax.simulate(TRUTH, y0, integrator=RK4(), dt=DT, n_steps=2000, save_every=10)
+    times, xs = np.asarray(traj.times), np.asarray(traj.states[:, 0])  # float32 times from a float32 run
+    result = sciax.fit(GUESS, y0, times, xs + 0.05 * np.random.default_rng(0).standard_normal(xs.shape),
+                       params=("omega", "zeta"), observe=position, rollout=ROLLOUT, transforms=TRANSFORMS, sigma=0.05)
+    assert result.converged
+    assert result.params["omega"].dtype == jnp.float32 and result.covariance.dtype == jnp.float32
+    assert result.system.zeta.dtype == jnp.float32 and result.state0.dtype == jnp.float32
+    reference = fit_oscillator(noisy(0), sigma=0.05)  # the same noise in float64
+    with pytest.raises(TypeError, match="the state is float32 but the system has wider float parameters at .omega"):
+        sciax.fit(DampedDrivenOscillator(omega=jnp.array(1.5, jnp.float64)), y0, times, xs, params="omega",
+                  observe=position, rollout=ROLLOUT)
+    np.testing.assert_allclose(result.params["omega"], reference.params["omega"], rtol=1e-4)
+    np.testing.assert_allclose(result.standard_errors["zeta"], reference.standard_errors["zeta"], rtol=1e-3)
+
+
+def test_solve_rollout_recovers_parameters_at_arbitrary_times():
+    """Diffrax-backed rollout, observation times off any grid, data from sciax.solve itself."""
+    times = np.sort(np.random.default_rng(4).uniform(0.0, 12.0, 60))
+    rollout = sciax.Solve(solver="tsit5", rtol=1e-9, atol=1e-9)
+    data = sciax.solve(TRUTH, Y0, t0=0.0, t1=float(times[-1]), save_at=times, rtol=1e-9, atol=1e-9).states[:, 0]
+    result = sciax.fit(GUESS, Y0, times, np.asarray(data), params=("omega", "zeta"), observe=position,
+                       rollout=rollout, transforms=TRANSFORMS, t0=0.0, **TOL)
+    np.testing.assert_allclose(result.params["omega"], 2.0, rtol=1e-8)
+    np.testing.assert_allclose(result.params["zeta"], 0.1, rtol=1e-8)
+
+
+def test_non_convergence_is_reported_never_success():
+    """A start that blows up RK4 (ω·dt far past its stability limit) cannot be fitted."""
+    bad = DampedDrivenOscillator(omega=400.0, zeta=0.1)
+    options = {"params": ("omega", "zeta"), "observe": position, "rollout": ROLLOUT, "transforms": TRANSFORMS, **TOL}
+    with pytest.raises(FitError, match="not finite.*initial guess"):
+        sciax.fit(bad, Y0, TIMES, CLEAN, **options)
+    result = sciax.fit(bad, Y0, TIMES, CLEAN, throw=False, **options)
+    assert result.converged is False
+    assert "not finite" in result.message
+
+
+def test_plot_fit_draws_data_curve_and_band():
+    from matplotlib.collections import PolyCollection
+    from matplotlib.figure import Figure
+
+    data = noisy(3)
+    result = fit_oscillator(data, sigma=0.05)
+    fig = sciax.plot_fit(result, TIMES, data, n_samples=50, labels=["x"])
+    assert isinstance(fig, Figure)
+    (ax,) = fig.axes
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 1
+    band = bands[0].get_paths()[0].vertices
+    fitted = ax.lines[0].get_ydata()
+    # the band is narrow (parameters are well determined) but not empty, around the fit
+    width = np.ptp(band[:, 1])
+    assert width > 0 and np.max(np.abs(fitted)) <= 1.0 + 1e-6
+    assert len(ax.lines[1].get_xdata()) == len(TIMES)
+
+
+# ---------------------------------------------------------------------------------------------
+# A particle system: spring constants of a 3-mass chain from observed positions, with a mask.
+# ---------------------------------------------------------------------------------------------
+
+
+def chain_setup():
+    truth = MassSpringChain(masses=jnp.array([1.0, 2.0, 1.5]), stiffness=jnp.array([3.0, 5.0]))
+    state = PhaseSpace(jnp.array([[0.0], [1.3], [1.8]]), jnp.array([[0.2], [0.0], [-0.1]]))
+    traj = sciax.simulate(truth, state, integrator=VelocityVerlet(), dt=0.01, n_steps=600, save_every=5)
+    return truth, state, np.asarray(traj.times), np.asarray(traj.states.positions[..., 0])
+
+
+CHAIN_TRUTH, CHAIN_STATE, CHAIN_TIMES, CHAIN_POSITIONS = chain_setup()
+
+
+def chain_positions(state):
+    return state.positions[:, 0]
+
+
+def fit_chain(observed, mask, **kwargs):
+    """Fit the two spring constants and the initial velocities; the masses are held Fixed()."""
+    guess = MassSpringChain(masses=jnp.array([1.0, 2.0, 1.5]), stiffness=jnp.array([2.0, 6.0]))
+    start = PhaseSpace(CHAIN_STATE.positions, CHAIN_STATE.velocities + 0.05)
+    return sciax.fit(guess, start, CHAIN_TIMES, observed, params=("stiffness", "masses"), observe=chain_positions,
+                     transforms={"stiffness": Positive(), "masses": Fixed()}, mask=mask,
+                     fit_initial_state=PhaseSpace(False, True),
+                     rollout=Simulate(VelocityVerlet(), dt=0.01), **TOL, **kwargs)
+
+
+def test_particle_system_recovery_with_mask_fixed_values_and_initial_state():
+    mask = np.ones(CHAIN_POSITIONS.shape, bool)
+    mask[10, 1] = mask[40, 0] = mask[41] = False
+    corrupted = CHAIN_POSITIONS.copy()
+    corrupted[10, 1] = 1e6  # wildly wrong but masked
+    corrupted[40, 0] = np.nan  # missing
+    corrupted[41] = -1e3
+    result = fit_chain(corrupted, mask)
+    assert result.converged
+    np.testing.assert_allclose(result.params["stiffness"], [3.0, 5.0], rtol=1e-8)
+    np.testing.assert_allclose(result.state0.velocities, CHAIN_STATE.velocities, atol=1e-9)
+    np.testing.assert_array_equal(result.state0.positions, CHAIN_STATE.positions)
+    np.testing.assert_array_equal(result.params["masses"], [1.0, 2.0, 1.5])  # Fixed(): untouched
+    np.testing.assert_array_equal(result.standard_errors["masses"], 0.0)
+    assert result.n_observations == CHAIN_POSITIONS.size - 5
+    assert result.labels == ("stiffness[0]", "stiffness[1]", "state0.velocities[0,0]", "state0.velocities[1,0]",
+                             "state0.velocities[2,0]")
+    np.testing.assert_array_equal(result.state0_standard_errors.positions, 0.0)
+
+    # The same mask with noisy data: the truth within 3 standard errors.
+    rng = np.random.default_rng(5)
+    noisy_positions = np.where(mask, corrupted + 0.01 * rng.standard_normal(corrupted.shape), corrupted)
+    result = fit_chain(noisy_positions, mask, sigma=0.01)
+    error = np.abs(np.asarray(result.params["stiffness"]) - [3.0, 5.0])
+    assert np.all(error < 3 * np.asarray(result.standard_errors["stiffness"])), (error, result.standard_errors)
+    assert np.all(error > 0)
+    velocity_error = np.abs(np.asarray(result.state0.velocities - CHAIN_STATE.velocities))
+    assert np.all(velocity_error < 3 * np.asarray(result.state0_standard_errors.velocities))
+
+
+def test_masked_value_matters_when_not_masked():
+    """Control for the mask test: the same outlier left unmasked moves the fit."""
+    corrupted = CLEAN.copy()
+    corrupted[50] = 5.0
+    result = fit_oscillator(corrupted, throw=False)
+    assert abs(float(result.params["omega"]) - 2.0) > 1e-4
+
+
+# ---------------------------------------------------------------------------------------------
+# Multiple shooting: Lorenz from sparse noisy data, where single shooting fails.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_multiple_shooting_recovers_lorenz_where_single_shooting_fails():
+    truth = Lorenz()
+    y0 = jnp.array([-8.0, 7.0, 27.0])
+    traj = sciax.simulate(truth, y0, integrator=RK4(), dt=0.01, n_steps=500, save_every=5)
+    times = np.asarray(traj.times)
+    data = np.asarray(traj.states) + 0.5 * np.random.default_rng(1).standard_normal(traj.states.shape)
+    guess = Lorenz(sigma=7.0, rho=20.0, beta=2.0)
+    options = {"params": ("sigma", "rho", "beta"), "transforms": Positive(), "fit_initial_state": True,
+               "sigma": 0.5, "rollout": Simulate(RK4(), dt=0.01), "throw": False}
+
+    single = sciax.fit(guess, jnp.asarray(data[0]), times, data, **options)
+    single_error = max(abs(float(single.params[k]) / float(getattr(truth, k)) - 1) for k in ("sigma", "rho", "beta"))
+    assert (not single.converged) or single_error > 0.1
+    if not single.converged:
+        assert "maximum number of steps" in single.message or "finite" in single.message
+
+    multi = sciax.fit(guess, jnp.asarray(data[0]), times, data, shooting=MultipleShooting(10), **options)
+    assert multi.converged, multi.message
+    for k in ("sigma", "rho", "beta"):
+        error = abs(float(multi.params[k]) - float(getattr(truth, k)))
+        assert error < 3 * float(multi.standard_errors[k]), (k, multi.params[k], multi.standard_errors[k])
+        assert float(multi.standard_errors[k]) < 0.05 * float(getattr(truth, k))
+    assert multi.continuity_residuals.shape == (9, 3)
+    assert len(multi.segment_times) == 10
+    assert float(multi.loss) < 0.1 * float(single.loss)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: each raises a clear error before any compilation.
+# ---------------------------------------------------------------------------------------------
+
+
+class TestBadInput:
+    def test_nan_without_mask(self):
+        data = CLEAN.copy()
+        data[7] = np.nan
+        with pytest.raises(ValueError, match=r"NaN/Inf value\(s\) \(first at times\[7\].*no `mask`.*mask=np.isfinite"):
+            fit_oscillator(data)
+
+    def test_nan_at_an_unmasked_entry(self):
+        data = CLEAN.copy()
+        data[7] = np.nan
+        mask = np.ones(data.shape, bool)
+        with pytest.raises(ValueError, match="entries that `mask` marks as observed"):
+            fit_oscillator(data, mask=mask)
+
+    def test_mismatched_lengths(self):
+        with pytest.raises(ValueError, match=r"`times` has 201 entries but `observed` has 200 rows"):
+            fit_oscillator(CLEAN[:200])
+
+    def test_times_not_increasing(self):
+        times = TIMES.copy()
+        times[[3, 4]] = times[[4, 3]]
+        with pytest.raises(ValueError, match=r"strictly increasing; times\[3\] = 0.4 is followed by times\[4\] = 0.3"):
+            sciax.fit(GUESS, Y0, times, CLEAN, params="omega", observe=position, rollout=ROLLOUT)
+
+    def test_times_before_t0(self):
+        with pytest.raises(ValueError, match=r"times\[0\] = 0 is before t0"):
+            sciax.fit(GUESS, Y0, TIMES, CLEAN, params="omega", observe=position, rollout=ROLLOUT, t0=0.5)
+
+    def test_times_off_the_step_grid(self):
+        times = TIMES.copy()
+        times[5] += 0.003
+        with pytest.raises(ValueError, match=r"times\[5\] = 0.503 does not.*nearest grid time 0.5.*Solve"):
+            sciax.fit(GUESS, Y0, times, CLEAN, params="omega", observe=position, rollout=ROLLOUT)
+
+    def test_unknown_parameter_name_lists_valid_fields(self):
+        with pytest.raises(ValueError, match=r"has no parameter field `omgea`; valid field names: 'omega', 'zeta', "
+                                             r"'drive_amplitude', 'drive_frequency'"):
+            sciax.fit(GUESS, Y0, TIMES, CLEAN, params=("omgea",), observe=position, rollout=ROLLOUT)
+
+    def test_static_field_is_not_a_parameter(self):
+        from sciax.systems import MassSpringLattice
+
+        lattice = MassSpringLattice.square(2, 2)
+        with pytest.raises(ValueError, match="`springs` is a field of MassSpringLattice but not a fittable"):
+            sciax.fit(lattice, lattice.default_state(), TIMES[:3], np.zeros((3, 4, 2)), params="springs",
+                      rollout=ROLLOUT, observe=lambda s: s.positions)
+
+    def test_negative_start_for_positive(self):
+        with pytest.raises(ValueError, match=r"Positive\(\) on `drive_amplitude` needs a positive, finite initial "
+                                             r"value, got -1.5"):
+            sciax.fit(DampedDrivenOscillator(omega=1.5, zeta=0.3, drive_amplitude=-1.5), Y0, TIMES, CLEAN,
+                      params=("omega", "drive_amplitude"), observe=position, rollout=ROLLOUT,
+                      transforms={"drive_amplitude": Positive()})
+
+    def test_start_outside_bounds(self):
+        with pytest.raises(ValueError, match=r"Bounded\(0, 0.2\) on `zeta` needs an initial value strictly inside "
+                                             r"\(0, 0.2\), got 0.3"):
+            fit_oscillator(CLEAN, transforms={"zeta": Bounded(0.0, 0.2)})
+
+    def test_transform_for_unknown_name(self):
+        with pytest.raises(ValueError, match=r"`transforms` names `rho`.*valid names: 'omega', 'zeta'"):
+            fit_oscillator(CLEAN, transforms={"rho": Positive()})
+
+    @pytest.mark.parametrize("sigma", [0.0, -0.1, np.nan])
+    def test_non_positive_sigma(self, sigma):
+        with pytest.raises(ValueError, match="`sigma` .* must be positive and finite"):
+            fit_oscillator(CLEAN, sigma=sigma)
+
+    def test_observed_shape_does_not_match_observe(self):
+        with pytest.raises(ValueError, match=r"each observation has shape \(3,\) but `observe\(state\)` returns shape \(\)"):
+            fit_oscillator(np.zeros((201, 3)))
+
+    def test_bad_solver_and_jacobian(self):
+        with pytest.raises(ValueError, match="unknown solver 'newton'"):
+            fit_oscillator(CLEAN, solver="newton")
+        with pytest.raises(ValueError, match="`jacobian` must be 'auto', 'forward' or 'reverse'"):
+            fit_oscillator(CLEAN, jacobian="central")
+
+    def test_bounded_needs_ordered_bounds(self):
+        with pytest.raises(ValueError, match="lower < upper"):
+            Bounded(1.0, 0.0)
+
+    def test_too_many_segments(self):
+        with pytest.raises(ValueError, match=r"MultipleShooting\(300\) needs at least one observation per segment"):
+            fit_oscillator(CLEAN, shooting=MultipleShooting(300))
+

@@ -1,0 +1,127 @@
+"""Sharded sweeps: the member axis split over a 1-D device mesh gives the single-device results.
+
+tests/conftest.py forces 4 host CPU devices for this process; one test also starts a fresh
+interpreter with XLA_FLAGS set before jax is imported, so it does not depend on conftest.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh
+
+import sciax
+from sciax import integrators as si
+from sciax.systems import Lorenz
+
+Y0 = jnp.array([1.0, 0.0, 0.0])
+KW = dict(integrator=si.RK4(), dt=0.01, n_steps=60, save_every=20)
+AXES = {"rho": jnp.linspace(5.0, 30.0, 11), "sigma": jnp.array([8.0, 10.0, 1e4])}  # 33 members, 11 fail
+
+needs_4 = pytest.mark.skipif(len(jax.devices("cpu")) < 4, reason="needs 4 host CPU devices (tests/conftest.py)")
+
+
+def run(devices, **kwargs):
+    return sciax.sweep(Lorenz(), Y0, axes=AXES, simulate_kwargs=KW, devices=devices, keep=True,
+                       reduce={"mean": "mean", "var": "var", "max": "max"}, reduce_over="rho", **kwargs)
+
+
+@needs_4
+@pytest.mark.parametrize("batch_size", [None, 32])  # one chunk; two chunks of 8 members per device
+def test_sharded_equals_unsharded_in_process(batch_size):
+    single = run(1)
+    sharded = run(4, batch_size=batch_size)
+    mesh = run(Mesh(np.array(jax.devices("cpu")[:4]), ("members",)), batch_size=batch_size)
+    assert single.info["devices"] == 1 and sharded.info["devices"] == mesh.info["devices"] == 4
+    assert sharded.info["partitioning"] == "shard_map"
+    assert sharded.info["padding"] > 0  # 33 members do not divide evenly over 4 devices
+    assert sharded.info["chunks"] == (2 if batch_size else 1)
+    for other in (sharded, mesh):
+        for a, b in zip(jax.tree.leaves(single.outputs), jax.tree.leaves(other.outputs)):
+            np.testing.assert_array_equal(a, b)  # bitwise, NaNs of failed members included
+        np.testing.assert_array_equal(single.ok, other.ok)
+        assert single.failures == other.failures and len(single.failures) == 11
+        for name in ("mean", "var", "max"):  # summation order may differ: tight tolerance
+            for a, b in zip(jax.tree.leaves(single.reductions[name]), jax.tree.leaves(other.reductions[name])):
+                np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+
+
+@needs_4
+def test_auto_partitioning_fallback_equals_single_device(monkeypatch):
+    """Rollouts that cannot be traced in shard_map (Diffrax implicit solvers, see _chunk) fall
+    back to XLA's partitioning of the NamedSharding-sharded member axis: same results."""
+    from sciax.ensemble import _sweep
+
+    monkeypatch.setattr(_sweep, "_traces_in_shard_map", lambda *args: False)
+    auto, single = run(4), run(1)
+    assert auto.info["partitioning"] == "auto" and single.info["partitioning"] == "single"
+    for a, b in zip(jax.tree.leaves(single.outputs), jax.tree.leaves(auto.outputs)):
+        np.testing.assert_array_equal(a, b)
+    assert auto.failures == single.failures
+
+
+@needs_4
+def test_no_cross_device_communication_while_stepping():
+    """Without reductions the sharded chunk has no collective at all; with them, one per chunk
+    for the partial statistics, outside the time-stepping loops."""
+    from sciax.ensemble._sweep import _chunk, _plan
+
+    def hlo(reduce):
+        plan = _plan(Lorenz(), Y0, AXES, mode="grid", simulate_kwargs=KW, solve_kwargs=None, run=None, output=None,
+                     reduce=reduce, reduce_over=None, keep=None, key=None, batch_size=None, memory_budget=None,
+                     devices=4, check_finite=True, order=None, gather=True)
+        tables = [jnp.asarray(a.values) for a in plan.axes]
+        return _chunk.lower(plan.config, plan.payload, tables, None, jnp.int32(0), jnp.int32(33)).compile() \
+            .compiled.as_text()
+
+    collectives = ("all-reduce", "all-gather", "collective-permute", "all-to-all", "reduce-scatter")
+    plain = hlo(None)
+    assert "while" in plain and not any(c in plain for c in collectives)
+    computations = hlo("mean").split("\n\n")
+    entry = [c for c in computations if c.lstrip().startswith("ENTRY")]
+    assert len(entry) == 1 and "all-reduce" in entry[0]  # combining the partial statistics
+    for computation in computations:  # loop bodies, fusions: no collective anywhere else
+        if not computation.lstrip().startswith("ENTRY"):
+            assert not any(f"{c}(" in computation or f"{c}-start(" in computation for c in collectives)
+
+
+SCRIPT = textwrap.dedent("""
+    import json, os
+    assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4"
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp, numpy as np
+    import sciax
+    from sciax import integrators as si
+    from sciax.systems import Lorenz
+    assert len(jax.devices()) == 4, jax.devices()
+    kw = dict(integrator=si.RK4(), dt=0.01, n_steps=60, save_every=20)
+    axes = {"rho": jnp.linspace(5.0, 30.0, 11), "state0[0]": jnp.array([1.0, 2.0, 3.0])}
+    runs = [sciax.sweep(Lorenz(), jnp.array([1.0, 0.0, 0.0]), axes=axes, simulate_kwargs=kw, devices=d,
+                        batch_size=b, reduce="mean", keep=True)
+            for d, b in [(1, None), (4, None), (4, 32)]]
+    print(json.dumps({
+        "devices": [r.info["devices"] for r in runs],
+        "chunks": [r.info["chunks"] for r in runs],
+        "bitwise": [all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(runs[0].outputs),
+                                                             jax.tree.leaves(r.outputs))) for r in runs],
+        "mean_diff": [float(np.max(np.abs(runs[0].reductions["mean"].states - r.reductions["mean"].states)))
+                      for r in runs],
+    }))
+""")
+
+
+def test_sharded_equals_unsharded_in_a_fresh_process():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["devices"] == [1, 4, 4] and out["chunks"][2] == 2
+    assert out["bitwise"] == [True, True, True]
+    assert max(out["mean_diff"]) < 1e-12

@@ -1,0 +1,309 @@
+"""sweep(): axes and coordinates, chunking, reductions, failures, adaptive solves, bad input."""
+
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import sciax
+from sciax import PhaseSpace, integrators as si
+from sciax.ensemble import Apply, Axis, Count, Mean, Quantile, Std, Streaming, Variance
+from sciax.systems import HarmonicOscillator, Lorenz, OrnsteinUhlenbeck, VanDerPol
+
+Y0 = jnp.array([1.0, 0.0, 0.0])
+KW = dict(integrator=si.RK4(), dt=0.01, n_steps=60, save_every=20)
+RHO = jnp.linspace(5.0, 30.0, 5)
+X0 = jnp.array([1.0, 2.0, 3.0])
+
+
+# Module-level functions: an identical sweep reuses the compiled chunk (the jit cache keys
+# on the function objects), which keeps this file fast.
+def final(traj):
+    return traj.final_state
+
+
+def z_frames(traj):
+    return traj.states[..., 2]
+
+
+def identity(system, state0, key):
+    return state0
+
+
+def reference(rho, x0):
+    """One member computed directly (float64)."""
+    return sciax.simulate(Lorenz(rho=rho), Y0.at[0].set(x0), **KW).final_state
+
+
+def lorenz_grid(**kwargs):
+    kwargs.setdefault("output", final)
+    return sciax.sweep(Lorenz(), Y0, axes={"rho": RHO, "state0[0]": X0}, simulate_kwargs=KW, **kwargs)
+
+
+# ------------------------------------------------------------------------------ axes, coords
+def test_grid_outputs_shaped_by_axes_and_equal_direct_runs():
+    res = lorenz_grid()
+    assert res.dims == ("rho", "state0[0]") and res.shape == (5, 3)
+    assert res.outputs.shape == (5, 3, 3) and res.outputs.dtype == jnp.float64
+    for i, rho in enumerate(RHO):
+        for j, x0 in enumerate(X0):
+            np.testing.assert_allclose(res.outputs[i, j], reference(rho, x0), rtol=1e-12, atol=1e-12)
+    assert res.ok.shape == (5, 3) and res.ok.all() and res.failures == []
+
+
+def test_sel_and_isel_by_coordinate():
+    res = lorenz_grid()
+    one = res.sel(rho=11.25, **{"state0[0]": 2.0})
+    assert one.dims == () and one.outputs.shape == (3,)
+    np.testing.assert_array_equal(one.outputs, res.outputs[1, 1])
+    np.testing.assert_array_equal(res.sel(rho=12.0, method="nearest").outputs, res.outputs[1])
+    np.testing.assert_array_equal(res.isel(rho=4).sel(**{"state0[0]": 3.0}).outputs, res.outputs[4, 2])
+    assert res.coords(5) == {"rho": 11.25, "state0[0]": 3.0}
+    with pytest.raises(ValueError, match=r"no member with rho = 12.0; nearest values: \[11.25, 17.5, 5.0\]"):
+        res.sel(rho=12.0)
+    with pytest.raises(ValueError, match=r"'sigma' is not an axis of this sweep; axes: \['rho', 'state0\[0\]'\]"):
+        res.sel(sigma=10.0)
+
+
+def test_zip_mode_varies_axes_together():
+    rho, x0 = jnp.array([10.0, 20.0, 28.0]), jnp.array([1.0, 0.5, 2.0])
+    res = sciax.sweep(Lorenz(), Y0, axes={"rho": rho, "state0[0]": x0}, mode="zip", simulate_kwargs=KW,
+                      output=final)
+    assert res.dims == ("member",) and res.outputs.shape == (3, 3)
+    for i in range(3):
+        np.testing.assert_allclose(res.outputs[i], reference(rho[i], x0[i]), rtol=1e-12)
+    np.testing.assert_array_equal(res.sel(rho=20.0).outputs, res.outputs[1])
+    assert res.sel(rho=20.0).axes == {"rho": 20.0, "state0[0]": 0.5}
+
+
+def test_whole_state_particle_state_and_where_axes():
+    osc = HarmonicOscillator(stiffness=1.0, masses=1.0)
+    state = PhaseSpace(jnp.array([1.0, 0.0]), jnp.array([0.0, 0.5]))
+    kw = dict(integrator=si.VelocityVerlet(), dt=0.01, n_steps=100, save_every=100)
+    res = sciax.sweep(
+        osc, state,
+        axes={"state0.positions[1]": jnp.array([0.0, 0.3]),
+              "k": Axis(jnp.array([1.0, 4.0]), where=lambda s, y: s.stiffness)},
+        simulate_kwargs=kw, output=final)
+    assert res.outputs.positions.shape == (2, 2, 2)
+    for i, q1 in enumerate([0.0, 0.3]):
+        for j, k in enumerate([1.0, 4.0]):
+            exact = HarmonicOscillator(stiffness=k).exact(PhaseSpace(state.positions.at[1].set(q1),
+                                                                     state.velocities), 1.0)
+            np.testing.assert_allclose(res.outputs.positions[i, j], exact.positions, atol=1e-4)
+
+
+def test_seed_axis_gives_each_seed_its_own_noise(key):
+    ou = OrnsteinUhlenbeck(theta=1.0, mu=0.0, sigma=0.5)
+    kw = dict(integrator=si.EulerMaruyama(), dt=0.01, n_steps=50, save_every=50)
+    res = sciax.sweep(ou, jnp.array([1.0]), axes={"theta": jnp.array([1.0, 2.0]), "seed": jnp.arange(3)},
+                      simulate_kwargs=kw, output=final, key=key)
+    for i, theta in enumerate([1.0, 2.0]):
+        for s in range(3):
+            direct = sciax.simulate(OrnsteinUhlenbeck(theta=theta, mu=0.0, sigma=0.5), jnp.array([1.0]),
+                                    key=jr.fold_in(key, s), **kw).final_state
+            np.testing.assert_allclose(res.outputs[i, s], direct, rtol=1e-12)
+    assert len(np.unique(res.outputs[0])) == 3  # different seeds, different noise
+
+
+# ------------------------------------------------------------------------------ chunks, memory
+def test_chunked_equals_unchunked_bitwise():
+    whole = lorenz_grid()
+    chunked = lorenz_grid(batch_size=8, devices=1)
+    assert whole.info["chunks"] == 1 and chunked.info["chunks"] == 2
+    np.testing.assert_array_equal(chunked.outputs, whole.outputs)
+    shuffled = lorenz_grid(batch_size=8, devices=1, order=np.random.default_rng(0).permutation(15))
+    np.testing.assert_array_equal(shuffled.outputs, whole.outputs)  # run order does not matter
+    budget = 4 * whole.info["member_bytes"] * 2 + 1  # room for 8 members, not 15
+    bounded = lorenz_grid(memory_budget=budget, devices=1)
+    assert bounded.info["chunks"] >= 2 and bounded.info["batch_size"] * bounded.info["member_bytes"] <= budget
+    np.testing.assert_array_equal(bounded.outputs, whole.outputs)
+
+
+def test_memory_budget_is_checked_against_the_compiled_chunk():
+    """With the budget binding, XLA's memory analysis of the compiled chunk (per device) fits it."""
+    whole = lorenz_grid(output=None)
+    budget = 9 * whole.info["member_bytes"]  # 8 members per device fit by the estimate
+    res = lorenz_grid(output=None, memory_budget=budget, devices=1)  # whole trajectories
+    assert res.info["chunks"] == 2 and res.info["batch_size"] == 8
+    assert 0 < res.info["chunk_bytes"] <= budget
+    np.testing.assert_array_equal(res.outputs.states, whole.outputs.states)
+
+
+def test_million_members_keep_only_reductions():
+    values = jnp.linspace(-1.0, 1.0, 1_000_000)
+    res = sciax.sweep(Lorenz(), Y0, axes={"state0[0]": values}, run=identity, output=lambda y: y[0],
+                      reduce=["mean", "max", "count"], memory_budget=2**22)
+    assert res.outputs is None and res.info["chunks"] > 1
+    np.testing.assert_allclose(res.reductions["mean"], 0.0, atol=1e-12)
+    assert res.reductions["max"] == 1.0 and res.reductions["count"] == 1_000_000
+
+
+# ------------------------------------------------------------------------------ reductions
+def test_reductions_equal_statistics_of_the_full_ensemble():
+    full = lorenz_grid(output=z_frames)  # (5, 3, 4)
+    z = full.outputs
+    reduce = {"mean": "mean", "var": Variance(ddof=1), "std": Std(), "min": "min", "max": "max", "sum": "sum",
+              "count": Count(), "median": "median", "q": Quantile([0.1, 0.9]),
+              "sq": Streaming(partial=lambda v, w: jnp.sum(w[:, None] * v**2, axis=0), merge=jnp.add),
+              "range": Apply(lambda v: v.max(axis=0) - v.min(axis=0))}
+    for batch in (None, 8):  # one chunk, and two chunks merged with Chan's formula
+        res = lorenz_grid(output=z_frames, reduce=reduce, batch_size=batch)
+        r = res.reductions
+        assert res.outputs is None and res.kept_dims == () and res.reduced_dims == ("rho", "state0[0]")
+        flat = z.reshape(15, 4)
+        for name, expected in [("mean", flat.mean(0)), ("var", flat.var(0, ddof=1)), ("std", flat.std(0)),
+                               ("min", flat.min(0)), ("max", flat.max(0)), ("sum", flat.sum(0)),
+                               ("median", np.median(flat, 0)), ("q", np.quantile(flat, [0.1, 0.9], axis=0)),
+                               ("sq", (flat**2).sum(0)), ("range", np.ptp(flat, 0))]:
+            np.testing.assert_allclose(r[name], expected, rtol=1e-12, atol=1e-12, err_msg=name)
+        assert r["count"] == 15
+
+
+def test_reductions_over_some_axes_keep_the_others():
+    z = lorenz_grid(output=z_frames).outputs
+    res = lorenz_grid(output=z_frames, reduce={"m": Mean(), "v": "var", "q": Quantile(0.5), "n": "count"},
+                      reduce_over=("state0[0]",), batch_size=8)
+    assert res.kept_dims == ("rho",) and res.reduced_dims == ("state0[0]",)
+    np.testing.assert_allclose(res.reductions["m"], z.mean(1), rtol=1e-12)
+    np.testing.assert_allclose(res.reductions["v"], z.var(1), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(res.reductions["q"], np.median(z, 1), rtol=1e-12)
+    np.testing.assert_array_equal(res.reductions["n"], [3] * 5)
+    np.testing.assert_allclose(res.sel(rho=30.0).reductions["m"], z[4].mean(0), rtol=1e-12)
+
+
+def test_chunked_variance_is_numerically_sound_in_float32():
+    """Values 1e4 + O(1) in float32: E[x²] − E[x]² would lose every digit; Chan's merge keeps them."""
+    rng = np.random.default_rng(0)
+    x = (1e4 + rng.standard_normal(4096)).astype(np.float32)
+    res = sciax.sweep(Lorenz(sigma=jnp.float32(10), rho=jnp.float32(28), beta=jnp.float32(8 / 3)),
+                      jnp.zeros(3, jnp.float32), axes={"state0[0]": x}, run=identity, output=lambda y: y[0],
+                      reduce={"var": "var", "mean": "mean"}, batch_size=256)
+    assert res.info["chunks"] == 16 and res.reductions["var"].dtype == np.float32
+    exact = np.var(x.astype(np.float64))
+    np.testing.assert_allclose(res.reductions["var"], exact, rtol=1e-3)
+    np.testing.assert_allclose(res.reductions["mean"], np.mean(x.astype(np.float64)), rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------ failures
+def test_failing_members_reported_with_coordinates_others_complete():
+    sigma = jnp.array([10.0, 1e4])  # RK4 at dt=0.01 is unstable for sigma = 1e4
+    res = sciax.sweep(Lorenz(), Y0, axes={"rho": RHO, "sigma": sigma}, simulate_kwargs=KW, output=final,
+                      reduce={"mean": "mean", "n": "count"}, keep=True, batch_size=8)
+    assert [f["index"] for f in res.failures] == [1, 3, 5, 7, 9]
+    assert res.failures[0] == {"index": 1, "rho": 5.0, "sigma": 10000.0}
+    assert not res.ok[:, 1].any() and res.ok[:, 0].all()
+    assert np.isfinite(res.outputs[:, 0]).all()
+    for i, rho in enumerate(RHO):
+        np.testing.assert_allclose(res.outputs[i, 0], reference(rho, 1.0), rtol=1e-12)
+    assert res.reductions["n"] == 5  # failed members are left out of the reductions
+    np.testing.assert_allclose(res.reductions["mean"], res.outputs[:, 0].mean(0), rtol=1e-12)
+    assert "failed members: 5" in repr(res)
+
+
+# The default run keeps the cost-ordered variant, which covers failure reporting too.
+@pytest.mark.parametrize("order", [pytest.param(None, marks=pytest.mark.slow), "cost"])
+def test_adaptive_solve_failures_and_cost_order(order):
+    """A member that hits max_steps is reported; ordering members by cost changes nothing else."""
+    mus = jnp.array([1.0, 300.0, 3.0, 30.0, 100.0, 10.0])
+    kw = dict(t0=0.0, t1=20.0, solver="tsit5", rtol=1e-5, atol=1e-7, max_steps=2000)
+    res = sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": mus}, solve_kwargs=kw,
+                      output=lambda traj: (traj.final_state, traj.stats["num_steps"]), order=order)
+    assert [f["mu"] for f in res.failures] == [300.0]
+    steps = res.outputs[1]
+    assert steps[0] < steps[3] < steps[4] and steps[1] == 2000
+    direct = sciax.solve(VanDerPol(mu=10.0), jnp.array([2.0, 0.0]), **kw)
+    np.testing.assert_allclose(res.sel(mu=10.0).outputs[0], direct.final_state, rtol=1e-10)
+    if order == "cost":  # buckets of COST_BUCKET members per device
+        assert res.info["batch_size"] <= 32 * res.info["devices"]
+
+
+# ------------------------------------------------------------------------------ bad input
+class TestBadInput:
+    def test_zip_axes_of_different_lengths(self):
+        with pytest.raises(ValueError, match=r"zip mode every axis must have the same length; got lengths "
+                                             r"\{'rho': 5, 'sigma': 2\}"):
+            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO, "sigma": jnp.array([1.0, 2.0])}, mode="zip",
+                        simulate_kwargs=KW)
+
+    def test_axis_naming_a_missing_field_lists_valid_names(self):
+        with pytest.raises(ValueError, match=r"axis 'r' does not name a field of Lorenz \(no such field\); "
+                                             r"valid names: 'sigma', 'rho', 'beta', 'state0', 'state0\[i\]', 'seed'"):
+            sciax.sweep(Lorenz(), Y0, axes={"r": RHO}, simulate_kwargs=KW)
+
+    @pytest.mark.parametrize("batch_size", [0, -3])
+    def test_batch_size_not_positive(self, batch_size):
+        with pytest.raises(ValueError, match=f"`batch_size` must be a positive number of members per chunk, "
+                                             f"got {batch_size}"):
+            lorenz_grid(batch_size=batch_size)
+
+    def test_memory_budget_smaller_than_one_member(self):
+        with pytest.raises(ValueError, match=r"memory_budget=100 bytes is smaller than one member, which "
+                                             r"needs about \d+ bytes"):
+            lorenz_grid(memory_budget=100)
+
+    @pytest.mark.parametrize("budget", [0, -1.0, True])
+    def test_memory_budget_not_positive(self, budget):
+        with pytest.raises(ValueError, match="`memory_budget` must be a positive number of bytes"):
+            lorenz_grid(memory_budget=budget)
+
+    def test_values_of_the_wrong_shape(self):
+        with pytest.raises(ValueError, match=r"axis 'rho': each value must have the shape of its target \(\), "
+                                             r"so the values must have shape \(n, \*\(\)\); got \(2, 2\)"):
+            sciax.sweep(Lorenz(), Y0, axes={"rho": jnp.ones((2, 2))}, simulate_kwargs=KW)
+
+    def test_state_index_out_of_range(self):
+        with pytest.raises(ValueError, match=r"index \[3\] is out of range for an array of shape \(3,\)"):
+            sciax.sweep(Lorenz(), Y0, axes={"state0[3]": RHO}, simulate_kwargs=KW)
+
+    def test_unreadable_axis_name(self):
+        with pytest.raises(ValueError, match=r"cannot read axis name 'rho\]'"):
+            sciax.sweep(Lorenz(), Y0, axes={"rho]": RHO}, simulate_kwargs=KW)
+
+    def test_seed_must_be_integers(self):
+        with pytest.raises(ValueError, match="axis 'seed' must be a 1-D array of integers"):
+            sciax.sweep(Lorenz(), Y0, axes={"seed": jnp.array([0.5])}, simulate_kwargs=KW)
+
+    def test_exactly_one_rollout(self):
+        with pytest.raises(ValueError, match=r"pass exactly one of .* got \['run', 'simulate_kwargs'\]"):
+            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, simulate_kwargs=KW, run=identity)
+        with pytest.raises(ValueError, match="got none"):
+            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO})
+
+    def test_unknown_simulate_argument(self):
+        with pytest.raises(ValueError, match=r"`simulate_kwargs` has unknown argument 'n_step'; valid: \["):
+            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, simulate_kwargs=dict(KW, n_step=3))
+
+    @pytest.mark.parametrize("name", ["key", "check_finite"])
+    def test_reserved_simulate_argument(self, name):
+        with pytest.raises(ValueError, match=f"do not pass `{name}` in `simulate_kwargs`"):
+            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, simulate_kwargs=dict(KW, **{name: None}))
+
+    def test_stochastic_without_key_or_seed(self):
+        with pytest.raises(ValueError, match="EulerMaruyama is stochastic: pass `key="):
+            sciax.sweep(OrnsteinUhlenbeck(), jnp.array([1.0]), axes={"theta": jnp.array([1.0])},
+                        simulate_kwargs=dict(integrator=si.EulerMaruyama(), dt=0.1, n_steps=2))
+
+    def test_unknown_reduction_and_reduce_over(self):
+        with pytest.raises(ValueError, match=r"unknown reduction 'average'; valid names: \['count'"):
+            lorenz_grid(reduce="average")
+        with pytest.raises(ValueError, match=r"`reduce_over` names 'seed', which is not an axis; axes: \['rho'"):
+            lorenz_grid(reduce="mean", reduce_over="seed")
+        with pytest.raises(ValueError, match="`reduce_over` was given without `reduce`"):
+            lorenz_grid(reduce_over="rho")
+        with pytest.raises(ValueError, match=r"Quantile: `q` must be in \[0, 1\]"):
+            Quantile(1.5)
+
+    def test_bad_mode_order_and_devices(self):
+        with pytest.raises(ValueError, match="`mode` must be 'grid' or 'zip', got 'product'"):
+            lorenz_grid(mode="product")
+        with pytest.raises(ValueError, match="`order` must be a permutation of the 15 flat member indices"):
+            lorenz_grid(order=np.zeros(15, int))
+        with pytest.raises(ValueError, match="order='cost' estimates the cost of adaptive solves"):
+            lorenz_grid(order="cost")
+        with pytest.raises(ValueError, match=r"`devices=99` but this process has \d+ local device"):
+            lorenz_grid(devices=99)
+
+    def test_empty_axes(self):
+        with pytest.raises(TypeError, match="`axes` must be a non-empty dict"):
+            sciax.sweep(Lorenz(), Y0, axes={}, simulate_kwargs=KW)
