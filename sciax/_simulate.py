@@ -167,7 +167,7 @@ def _rollout(system, state0, integrator, dt, t0, key, args, observables, n_steps
     y0 = tuple(state0[i] for i in range(state0.shape[0])) if componentwise else state0
     carry0 = integrator.init(system, frames.time(t0, dt, step_offset), y0, args)
     if isinstance(adjoint, ReversibleAdjoint):
-        saved = _reversible_frames((system, carry0, dt, args), frames, frames.time(t0, dt, step_offset))
+        saved = _reversible_frames((system, carry0, dt, args), frames, lax.stop_gradient(t0), step_offset)
     else:
         saved = frames.scan(system, carry0, dt, t0, key, args, step_offset)[1]
     first = frames.record(system, carry0, frames.time(t0, dt, step_offset))
@@ -221,20 +221,20 @@ class _Frames(eqx.Module):
 
 
 @eqx.filter_custom_vjp
-def _reversible_frames(diff, frames: _Frames, t0):
+def _reversible_frames(diff, frames: _Frames, t0, step_offset):
     system, carry0, dt, args = diff
-    return frames.scan(system, carry0, dt, t0, None, args, 0)[1]
+    return frames.scan(system, carry0, dt, t0, None, args, step_offset)[1]
 
 
 @_reversible_frames.def_fwd
-def _reversible_frames_fwd(perturbed, diff, frames: _Frames, t0):
+def _reversible_frames_fwd(perturbed, diff, frames: _Frames, t0, step_offset):
     system, carry0, dt, args = diff
-    final_carry, saved = frames.scan(system, carry0, dt, t0, None, args, 0)
+    final_carry, saved = frames.scan(system, carry0, dt, t0, None, args, step_offset)
     return saved, final_carry
 
 
 @_reversible_frames.def_bwd
-def _reversible_frames_bwd(final_carry, ct_saved, perturbed, diff, frames: _Frames, t0):
+def _reversible_frames_bwd(final_carry, ct_saved, perturbed, diff, frames: _Frames, t0, step_offset):
     """Walk back from the final carry: rebuild each earlier carry by a step of -dt, then pull
     the cotangent through the forward step with jax.vjp. Memory: O(1) in the number of steps."""
     system, carry0, dt, args = diff
@@ -244,7 +244,7 @@ def _reversible_frames_bwd(final_carry, ct_saved, perturbed, diff, frames: _Fram
     ct_states, ct_obs, _ = ct_saved
 
     def step_from(sys_d, carry, dt_, args_d, n):
-        return integrator.step(eqx.combine(sys_d, sys_static), frames.time(t0, dt, n), carry, dt_,
+        return integrator.step(eqx.combine(sys_d, sys_static), frames.time(t0, dt, step_offset + n), carry, dt_,
                                None, eqx.combine(args_d, args_static))
 
     def record_diff(sys_d, carry, t):
@@ -253,7 +253,7 @@ def _reversible_frames_bwd(final_carry, ct_saved, perturbed, diff, frames: _Fram
 
     def back_step(acc, n):
         carry_next, ct_carry, g_sys, g_dt, g_args = acc
-        carry = integrator.step(system, frames.time(t0, dt, n + 1), carry_next, -dt, None, args)
+        carry = integrator.step(system, frames.time(t0, dt, step_offset + n + 1), carry_next, -dt, None, args)
         _, vjp = jax.vjp(lambda s, c, h, a: step_from(s, c, h, a, n), sys_diff, carry, dt, args_diff)
         d_sys, d_carry, d_dt, d_args = vjp(ct_carry)
         return (carry, d_carry, _tree_add(g_sys, d_sys), g_dt + d_dt, _tree_add(g_args, d_args)), None
@@ -262,7 +262,7 @@ def _reversible_frames_bwd(final_carry, ct_saved, perturbed, diff, frames: _Fram
         carry_end, ct_carry = acc[0], acc[1]
         last = (frame + 1) * frames.save_every
         ct_frame = (None if ct_states is None else _index(ct_states, frame), _index(ct_obs, frame))
-        t_frame = frames.time(t0, dt, last)
+        t_frame = frames.time(t0, dt, step_offset + last)
         out, vjp = jax.vjp(lambda s, c: record_diff(s, c, t_frame), sys_diff, carry_end)
         d_sys, d_carry = vjp(_zeros_where_none(ct_frame, out))
         acc = (carry_end, _tree_add(ct_carry, d_carry), _tree_add(acc[2], d_sys)) + acc[3:]
