@@ -5,6 +5,10 @@ Systems (`sciax.systems`) are Equinox modules; integrators (`sciax.integrators`)
 `Trajectory`; `sweep` runs ensembles; `fit` fits parameters to data with uncertainties.
 """
 
+from ._xla_flags import apply_cpu_tuning as _apply_cpu_tuning
+
+_apply_cpu_tuning()  # before anything below starts JAX's backend; see sciax/_xla_flags.py
+
 from . import ensemble as ensemble, integrators as integrators, parallel as parallel, systems as systems
 from ._adjoint import (
     AbstractAdjoint as AbstractAdjoint,

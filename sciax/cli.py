@@ -10,6 +10,7 @@ import importlib.metadata
 import os
 import platform
 import sys
+from pathlib import Path
 
 
 def _version(dist: str) -> str:
@@ -82,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sciax", description="sciax: differentiable physics on JAX.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("info", help="versions, JAX backend and devices, precision, CPU count")
+    sub.add_parser("bench", help="run the benchmarks from a source checkout (sciax bench --help)")
     p = sub.add_parser("run", help="run a scenario file (e.g. sims/lorenz.toml)",
                        description="Run a scenario file; outputs go to runs/<name>/ unless --out is given.")
     p.add_argument("scenario", help="scenario TOML file")
@@ -95,11 +97,28 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     """Entry point of the `sciax` console script."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:
+        return _bench(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "info":
         info()
         return 0
     return _run(args)
+
+
+def _bench(argv) -> int:
+    """`sciax bench ARGS` runs `python -m benchmarks ARGS` from a source checkout (the benchmarks
+    and their NumPy/PyTorch/C baselines are not part of the installed package)."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "benchmarks" / "__main__.py").exists():
+        print("sciax bench: the benchmarks live in the source checkout (benchmarks/); run it from a clone "
+              "installed with `pip install -e .`.", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(root))
+    from benchmarks.__main__ import main as bench_main
+
+    return bench_main(argv)
 
 
 if __name__ == "__main__":

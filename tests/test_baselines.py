@@ -1,0 +1,206 @@
+"""Every benchmark baseline computes the same numbers as sciax on a small instance.
+
+The speed ratios in `benchmarks/` compare equal work only if the baselines solve the same
+problem from the same initial state with the same method; these tests check that. Tolerances,
+per workload:
+
+- Same Runge–Kutta arithmetic in float64 (NumPy, PyTorch, C, hand-written JAX vs sciax):
+  relative 1e-12 on final states after 200 non-chaotic steps (ρ ≤ 21) — only the rounding
+  order (and FMA contraction) differs, ~1e-16 per operation.
+- The same in float32: relative 2e-5 (float32 rounding, ~6e-8 per operation, over 200 steps).
+- Gradients through 200 chaotic RK4 steps (ρ ≈ 28, t ≤ 2) in float64: relative 1e-9; the
+  rounding differences are amplified by the flow's sensitivity (~e^{0.9 t}).
+- Diffrax's gradient (a peer with its own checkpointed adjoint and Hermite save-time
+  interpolation at step boundaries): relative 1e-8.
+- The fit: SciPy's RK45 (rtol 1e-8) and sciax's RK4 (dt 0.01) are different discretisations,
+  both within ~5e-9 of the exact solution, so the fitted (ω, ζ) agree to relative 1e-5.
+"""
+
+import shutil
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `benchmarks/` lives beside the package, not inside it
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import workloads as wl  # noqa: E402
+from benchmarks.baselines import numpy_gradient, numpy_lorenz  # noqa: E402
+from benchmarks.suites import gradient as gradient_suite  # noqa: E402
+
+import sciax  # noqa: E402
+from sciax.integrators import RK4, Tsit5  # noqa: E402
+from sciax.systems import Lorenz  # noqa: E402
+
+N_MEMBERS, N_STEPS = 32, 200
+TOL = {"float32": 2e-5, "float64": 1e-12}
+
+
+def sciax_ensemble(method, dtype, n_members=N_MEMBERS, n_steps=N_STEPS):
+    """The benchmarked sciax call (the `lorenz_ensemble` suite's), at a small size."""
+    integrator = {"rk4": RK4(), "tsit5": Tsit5()}[method]
+    u0 = jnp.asarray(wl.ENSEMBLE_U0, dtype)
+    sigma, beta = jnp.asarray(wl.LORENZ_SIGMA, dtype), jnp.asarray(wl.LORENZ_BETA, dtype)
+
+    def one(rho):
+        traj = sciax.simulate(Lorenz(sigma=sigma, rho=rho, beta=beta), u0, integrator=integrator,
+                              dt=wl.ENSEMBLE_DT, n_steps=n_steps, save_every=n_steps)
+        return traj.final_state
+
+    rhos = wl.ensemble_rhos(n_members, dtype)
+    return rhos, np.asarray(jax.jit(jax.vmap(one))(jnp.asarray(rhos)), dtype=np.float64)
+
+
+def assert_close(actual, expected, rtol):
+    actual = np.asarray(actual, dtype=np.float64)
+    err = np.max(np.abs(actual - expected)) / np.max(np.abs(expected))
+    assert err <= rtol, f"max relative difference {err:.2e} > {rtol:.0e}"
+
+
+@pytest.fixture(scope="module")
+def ensembles():
+    return {(m, p): sciax_ensemble(m, p) for m in ("rk4", "tsit5") for p in ("float32", "float64")}
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+@pytest.mark.parametrize("method", ["rk4", "tsit5"])
+def test_numpy_ensemble_matches_sciax(ensembles, method, precision):
+    rhos, expected = ensembles[(method, precision)]
+    out = numpy_lorenz.lorenz_ensemble(rhos, wl.ENSEMBLE_U0, dt=wl.ENSEMBLE_DT, n_steps=N_STEPS,
+                                       method=method)
+    assert out.dtype == np.dtype(precision)
+    assert_close(out, expected, TOL[precision])
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+@pytest.mark.parametrize("method", ["rk4", "tsit5"])
+def test_torch_eager_ensemble_matches_sciax(ensembles, method, precision):
+    pytest.importorskip("torch")
+    from benchmarks.baselines import torch_lorenz
+
+    rhos, expected = ensembles[(method, precision)]
+    out = torch_lorenz.lorenz_ensemble(rhos, wl.ENSEMBLE_U0, dt=wl.ENSEMBLE_DT, n_steps=N_STEPS,
+                                       method=method)
+    assert out.dtype == np.dtype(precision)
+    assert_close(out, expected, TOL[precision])
+
+
+@pytest.fixture(scope="module")
+def c_library(tmp_path_factory):
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not available")
+    from benchmarks.baselines import c_lorenz
+
+    return c_lorenz.LorenzC(c_lorenz.compile_library(tmp_path_factory.mktemp("c")))
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_c_reference_matches_sciax(ensembles, c_library, precision):
+    rhos, expected = ensembles[("rk4", precision)]
+    out = c_library(rhos, wl.ENSEMBLE_U0, dt=wl.ENSEMBLE_DT, n_steps=N_STEPS)
+    assert out.dtype == np.dtype(precision)
+    assert_close(out, expected, TOL[precision])
+
+
+# --- gradient workload: 4 members, 200 RK4 steps over t in [0, 2], 10 observations -----------
+
+G_STEPS, G_T_END, G_OBS = 200, 2.0, 10
+
+
+@pytest.fixture(scope="module")
+def gradient_problem():
+    params = wl.gradient_params(4)
+    u0 = np.asarray(wl.GRADIENT_U0)
+    obs = wl.gradient_observations()[:G_OBS] * 0.5  # any data: the loss only needs numbers
+    return params, u0, obs
+
+
+def sciax_loss(n_steps, adjoint):
+    """The gradient suite's sciax loss with the test's time span."""
+    dt = G_T_END / n_steps
+
+    def member(p, u0, obs):
+        traj = sciax.simulate(Lorenz(sigma=p[0], rho=p[1], beta=p[2]), u0, integrator=RK4(), dt=dt,
+                              n_steps=n_steps, save_every=n_steps // obs.shape[0], adjoint=adjoint)
+        return jnp.mean((traj.states[1:] - obs) ** 2)
+
+    return lambda params, u0, obs: jnp.sum(jax.vmap(member, in_axes=(0, None, None))(params, u0, obs))
+
+
+@pytest.fixture(scope="module")
+def sciax_gradient(gradient_problem):
+    value, grad = jax.value_and_grad(sciax_loss(G_STEPS, sciax.DirectAdjoint()))(
+        *map(jnp.asarray, gradient_problem))
+    return float(value), np.asarray(grad)
+
+
+def test_suite_sciax_loss_matches_numpy_on_the_full_workload_length(gradient_problem):
+    """The gradient suite's own sciax loss (t in [0, 10], 1,000 steps, 100 observations)."""
+    params, u0, _ = gradient_problem
+    obs = wl.gradient_observations()
+    suite_value = gradient_suite.sciax_loss(1000, sciax.CheckpointAdjoint())(
+        jnp.asarray(params), jnp.asarray(u0), jnp.asarray(obs))
+    ref_value = numpy_gradient.loss(params, u0, obs, t_end=wl.GRADIENT_T_END, n_steps=1000)
+    np.testing.assert_allclose(float(suite_value), ref_value, rtol=1e-9)
+
+
+def test_numpy_forward_sensitivities_match_sciax_gradient(gradient_problem, sciax_gradient):
+    value, grad = numpy_gradient.loss_and_grad(*gradient_problem, t_end=G_T_END, n_steps=G_STEPS)
+    np.testing.assert_allclose(value, sciax_gradient[0], rtol=1e-12)
+    assert_close(grad, sciax_gradient[1], 1e-9)
+    assert numpy_gradient.loss(*gradient_problem, t_end=G_T_END, n_steps=G_STEPS) == pytest.approx(
+        value, rel=1e-13)
+
+
+@pytest.mark.parametrize("checkpoint", [False, True], ids=["plain", "checkpoint"])
+def test_hand_written_jax_scan_matches_sciax_gradient(gradient_problem, sciax_gradient, checkpoint):
+    from benchmarks.baselines.jax_scan_lorenz import make_loss
+
+    loss = make_loss(G_STEPS, G_OBS, G_T_END, checkpoint=checkpoint)
+    value, grad = jax.value_and_grad(loss)(*map(jnp.asarray, gradient_problem))
+    np.testing.assert_allclose(float(value), sciax_gradient[0], rtol=1e-12)
+    assert_close(grad, sciax_gradient[1], 1e-9)
+
+
+def test_torch_autograd_matches_sciax_gradient(gradient_problem, sciax_gradient):
+    pytest.importorskip("torch")
+    from benchmarks.baselines import torch_gradient
+
+    value, grad = torch_gradient.autograd_value_and_grad(*gradient_problem, n_steps=G_STEPS, t_end=G_T_END)
+    np.testing.assert_allclose(value, sciax_gradient[0], rtol=1e-12)
+    assert_close(grad, sciax_gradient[1], 1e-9)
+    forward = torch_gradient.autograd_forward(*gradient_problem, n_steps=G_STEPS, t_end=G_T_END)
+    assert forward == pytest.approx(value, rel=1e-13)
+
+
+def test_diffrax_checkpointed_gradient_matches_sciax(gradient_problem, sciax_gradient):
+    """Guards the known Diffrax trap: RecursiveCheckpointAdjoint with SaveAt(ts) gives wrong
+    gradients for some values of max_steps (see benchmarks/baselines/diffrax_lorenz.py)."""
+    from benchmarks.baselines.diffrax_lorenz import make_gradient_loss
+
+    loss = make_gradient_loss(G_STEPS, G_OBS, G_T_END)
+    value, grad = jax.jit(jax.value_and_grad(loss))(*map(jnp.asarray, gradient_problem))
+    np.testing.assert_allclose(float(value), sciax_gradient[0], rtol=1e-10)
+    assert_close(grad, sciax_gradient[1], 1e-8)
+
+
+# --- fit workload ------------------------------------------------------------------------------
+
+
+def test_scipy_fit_matches_sciax_fit():
+    from benchmarks.baselines import numpy_fit
+    from benchmarks.suites import fit as fit_suite
+
+    t, x_obs = wl.fit_data()
+    scipy = numpy_fit.fit(t, x_obs)
+    _, sciax_fit = fit_suite.make_sciax_fit()
+    ours = sciax_fit(t, x_obs)
+    assert scipy["success"] and ours["converged"]
+    np.testing.assert_allclose(ours["params"], scipy["params"], rtol=1e-5)
+    # Both recover the truth to within the noise (0.05 on 200 points).
+    np.testing.assert_allclose(ours["params"], wl.FIT_TRUTH, rtol=0.05)
