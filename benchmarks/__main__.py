@@ -52,7 +52,7 @@ def configure_threads(threads: int, cpus: str | None, device: str) -> list[int] 
     """Set the thread environment and CPU affinity. Must run before the libraries are imported.
 
     - NumPy's BLAS and OpenMP pools: OMP/MKL/OPENBLAS_NUM_THREADS.
-    - XLA:CPU: ``--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1`` in
+    - XLA:CPU: ``--xla_cpu_multi_thread_eigen=false`` in
       XLA_FLAGS (only for one thread; XLA has no general thread-count flag).
     - PyTorch: ``torch.set_num_threads`` is called by the PyTorch baselines (they read
       ``BENCH_THREADS``); TORCHINDUCTOR_COMPILE_THREADS=1 keeps `torch.compile` in-process.
@@ -72,8 +72,10 @@ def configure_threads(threads: int, cpus: str | None, device: str) -> list[int] 
     if threads == 1:
         flags = os.environ.get("XLA_FLAGS", "")
         if "xla_cpu_multi_thread_eigen" not in flags:
-            os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false "
-                                       "intra_op_parallelism_threads=1").strip()
+            # (Only real `--` flags: XLA silently ignores every flag after a bare token such as
+            # `intra_op_parallelism_threads=1`, measured 2026-11-22. The affinity below is what
+            # holds XLA to one core.)
+            os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false").strip()
     if not hasattr(os, "sched_setaffinity"):
         return None
     allowed = sorted(os.sched_getaffinity(0))
@@ -106,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         os.execve(sys.executable, [sys.executable, "-m", "benchmarks", *argv], env)
 
     cores = configure_threads(args.threads, args.cpus, args.device)
+
+    # sciax sets its XLA CPU options (512-bit vectors on AVX-512; see sciax/_xla_flags.py) when
+    # imported, before any backend starts: import it first, so that every JAX-based row (sciax,
+    # the hand-written lax.scan, Diffrax) runs with the same compiler settings.
+    import sciax  # noqa: F401, E402
 
     from . import harness  # noqa: E402 - after the thread environment is set
 

@@ -4,8 +4,8 @@ XLA's CPU compiler asks LLVM for 256-bit vectors by default, even on cores whose
 run at full rate. On this project's machines (AMD EPYC with AVX-512) 512-bit vectors made the
 Lorenz RK4 ensemble 1.78x faster in float32 (5.8e8 -> 1.03e9 trajectory-steps/s, one core,
 1e5 members) and 1.68x in float64, with bitwise-identical results (element-wise arithmetic does
-not depend on the vector width). So on CPUs that report `avx512f`, sciax appends
-`--xla_cpu_prefer_vector_width=512` to `XLA_FLAGS`.
+not depend on the vector width). So on CPUs that report `avx512f`, sciax adds
+`--xla_cpu_prefer_vector_width=512` to `XLA_FLAGS` (in front of the user's flags).
 
 It never overrides a vector width the user set, has no effect if JAX's backend was already
 initialised before sciax was imported, and is skipped with `SCIAX_XLA_CPU_TUNING=0` (e.g. on
@@ -35,4 +35,6 @@ def apply_cpu_tuning() -> None:
     flags = os.environ.get("XLA_FLAGS", "")
     if _FLAG in flags or not _cpu_has_avx512():
         return
-    os.environ["XLA_FLAGS"] = f"{flags} {_FLAG}=512".strip()
+    # Prepended: XLA silently ignores every flag after a malformed token (a bare `name=value`
+    # without `--`), so a flag appended after one would never take effect.
+    os.environ["XLA_FLAGS"] = f"{_FLAG}=512 {flags}".strip()

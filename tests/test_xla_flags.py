@@ -15,7 +15,7 @@ def test_flag_appended_respected_and_opt_out(monkeypatch):
     _xla_flags.apply_cpu_tuning()
     import os
 
-    assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4 --xla_cpu_prefer_vector_width=512"
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_prefer_vector_width=512 --xla_force_host_platform_device_count=4"
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_prefer_vector_width=256")
     _xla_flags.apply_cpu_tuning()
     assert os.environ["XLA_FLAGS"] == "--xla_cpu_prefer_vector_width=256"  # the user's choice stands
