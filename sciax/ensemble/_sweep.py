@@ -32,6 +32,12 @@ from ._result import MEMBER, SweepResult
 
 _RESERVED = {"system", "state0", "y0", "key", "check_finite"}
 
+# Members per cache block inside a chunk (a multiple of 8, see below). Measured 2026-11-22 on one
+# core (AMD EPYC, AVX-512), `sweep` over a Lorenz RK4 ensemble, 1e5 members, 1,000 steps: one vmap
+# over all members ran 9.6e8 (float32) / 4.9e8 (float64) trajectory-steps/s, blocks of 8,192
+# members 1.10e9 / 5.7e8.
+_CACHE_BLOCK = 8192
+
 # Members per device per chunk are rounded up to a multiple of LANES. On XLA:CPU a member's
 # result was bitwise the same for every vmapped batch size that is a multiple of 8 (and most
 # others), but not for batches of 1, 9 or 13, where LLVM unrolls the loop over members and
@@ -546,7 +552,10 @@ def _chunk(config: _ChunkConfig, payload, tables, order, start, stop):
         coords = jnp.unravel_index(flat, config.shape) if config.mode == "grid" else (flat,) * len(tables)
         values = [t[c] for t, c in zip(tables, coords)]
         member = lambda p, v, i: _member(config.axes, config.check_finite, eqx.combine(p, static), v, i)  # noqa: E731
-        outs, ok = jax.vmap(member, in_axes=(None, 0, 0))(dynamic, values, flat)
+        # Cache blocking: a sequential loop over blocks of _CACHE_BLOCK members, vmapped within
+        # each block, keeps a block's states in cache for all its steps instead of streaming the
+        # whole chunk through memory at every step.
+        outs, ok = lax.map(lambda vf: member(dynamic, *vf), (values, flat), batch_size=_CACHE_BLOCK)
         return outs, ok, valid, flat
 
     size = config.local * mesh.devices.size
