@@ -16,6 +16,7 @@ from ._adjoint import (
     DirectAdjoint as DirectAdjoint,
     ReversibleAdjoint as ReversibleAdjoint,
 )
+from ._equilibrium import Equilibrium as Equilibrium, equilibrium as equilibrium
 from ._errors import NonFiniteStateError as NonFiniteStateError, StateMismatchError as StateMismatchError
 from ._fit import (
     AbstractTransform as AbstractTransform,
