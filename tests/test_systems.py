@@ -690,3 +690,12 @@ def test_validation_skipped_for_traced_parameters():
     np.testing.assert_allclose(out[:, 1], [-1.0, -4.0])
     masses = eqx.filter_jit(lambda m: NBody(masses=m).masses)(jnp.ones(3))
     np.testing.assert_allclose(masses, 1.0)
+
+
+def test_component_names_match_component_counts():
+    import sciax.systems as systems
+
+    for name in systems.__all__ if hasattr(systems, "__all__") else dir(systems):
+        cls = getattr(systems, name)
+        if isinstance(cls, type) and getattr(cls, "n_components", None) is not None:
+            assert cls.component_names is not None and len(cls.component_names) == cls.n_components, name

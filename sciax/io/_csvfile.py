@@ -25,7 +25,7 @@ def frame_columns(tree, prefix: str = "", names=None) -> tuple[list[str], np.nda
     """Flatten a pytree of `(n_frames, ...)` arrays into column names and an `(n_frames, n_cols)` array.
 
     Column names are `prefix + path + [index]`, e.g. `positions[0][1]` or `energy`. If the tree
-    is a single `(n_frames, n)` array and `names` (n strings) is given, those name the columns.
+    is a single `(n_frames, n)` array and `names` (n strings) is given, those alone name the columns.
     """
     leaves = jtu.tree_flatten_with_path(tree)[0]
     columns, blocks = [], []
@@ -33,7 +33,7 @@ def frame_columns(tree, prefix: str = "", names=None) -> tuple[list[str], np.nda
         leaf = np.asarray(leaf)
         base = (prefix + jtu.keystr(path)).lstrip(".")
         if names is not None and len(leaves) == 1 and leaf.ndim == 2 and leaf.shape[1] == len(names):
-            columns += [prefix + str(n) for n in names]
+            columns += [str(n) for n in names]
         else:
             columns += [base + s for s in _index_suffix(leaf.shape[1:])]
         blocks.append(leaf.reshape(leaf.shape[0], -1))

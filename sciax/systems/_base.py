@@ -51,6 +51,7 @@ class AbstractODE(eqx.Module):
     """
 
     n_components: ClassVar[int | None] = None
+    component_names: ClassVar[tuple[str, ...] | None] = None  # labels for files and plots
 
     def vector_field(self, t, y, args=None):
         """dy/dt at time `t` for state `y`. Must be implemented by subclasses."""

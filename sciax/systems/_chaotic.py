@@ -24,6 +24,7 @@ class Lorenz(AbstractODE):
     rho: jax.Array = eqx.field(converter=jnp.asarray, default=28.0)
     beta: jax.Array = eqx.field(converter=jnp.asarray, default=8.0 / 3.0)
     n_components: ClassVar[int] = 3
+    component_names: ClassVar[tuple[str, ...]] = ('x', 'y', 'z')
 
     def vector_field(self, t, y, args=None):
         x, yy, z = components(y, 3, "Lorenz")

@@ -29,6 +29,7 @@ class Robertson(AbstractODE):
     k2: jax.Array = eqx.field(converter=jnp.asarray, default=3e7)
     k3: jax.Array = eqx.field(converter=jnp.asarray, default=1e4)
     n_components: ClassVar[int] = 3
+    component_names: ClassVar[tuple[str, ...]] = ('y1', 'y2', 'y3')
 
     def __check_init__(self):
         for name in ("k1", "k2", "k3"):

@@ -28,6 +28,7 @@ class FitzHughNagumo(AbstractODE):
     tau: jax.Array = eqx.field(converter=jnp.asarray, default=12.5)
     current: jax.Array = eqx.field(converter=jnp.asarray, default=0.5)
     n_components: ClassVar[int] = 2
+    component_names: ClassVar[tuple[str, ...]] = ('v', 'w')
 
     def __check_init__(self):
         check_parameter("FitzHughNagumo", "tau", self.tau, strict=True)

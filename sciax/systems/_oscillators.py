@@ -29,6 +29,7 @@ class VanDerPol(AbstractODE):
 
     mu: jax.Array = eqx.field(converter=jnp.asarray, default=1.0)
     n_components: ClassVar[int] = 2
+    component_names: ClassVar[tuple[str, ...]] = ('x', 'v')
 
     def vector_field(self, t, y, args=None):
         x, v = components(y, 2, "VanDerPol")
@@ -68,6 +69,7 @@ class DampedDrivenOscillator(AbstractODE):
     drive_amplitude: jax.Array = eqx.field(converter=jnp.asarray, default=0.0)
     drive_frequency: jax.Array = eqx.field(converter=jnp.asarray, default=1.0)
     n_components: ClassVar[int] = 2
+    component_names: ClassVar[tuple[str, ...]] = ('x', 'v')
 
     def __check_init__(self):
         name = "DampedDrivenOscillator"
@@ -142,6 +144,7 @@ class Pendulum(AbstractODE):
     length: jax.Array = eqx.field(converter=jnp.asarray, default=1.0)
     damping: jax.Array = eqx.field(converter=jnp.asarray, default=0.0)
     n_components: ClassVar[int] = 2
+    component_names: ClassVar[tuple[str, ...]] = ('theta', 'omega')
 
     def __check_init__(self):
         check_parameter("Pendulum", "gravity", self.gravity, strict=True)
@@ -201,6 +204,7 @@ class DoublePendulum(AbstractODE):
     length2: jax.Array = eqx.field(converter=jnp.asarray, default=1.0)
     gravity: jax.Array = eqx.field(converter=jnp.asarray, default=9.81)
     n_components: ClassVar[int] = 4
+    component_names: ClassVar[tuple[str, ...]] = ('theta1', 'theta2', 'omega1', 'omega2')
 
     def __check_init__(self):
         for name in ("mass1", "mass2", "length1", "length2"):

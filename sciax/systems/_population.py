@@ -29,6 +29,7 @@ class LotkaVolterra(AbstractODE):
     gamma: jax.Array = eqx.field(converter=jnp.asarray, default=0.84)
     delta: jax.Array = eqx.field(converter=jnp.asarray, default=0.024)
     n_components: ClassVar[int] = 2
+    component_names: ClassVar[tuple[str, ...]] = ('prey', 'predator')
 
     def __check_init__(self):
         for name in ("alpha", "beta", "gamma", "delta"):
@@ -77,6 +78,7 @@ class SIR(AbstractODE):
     gamma: jax.Array = eqx.field(converter=jnp.asarray, default=0.1)
     population: jax.Array = eqx.field(converter=jnp.asarray, default=1.0)
     n_components: ClassVar[int] = 3
+    component_names: ClassVar[tuple[str, ...]] = ('S', 'I', 'R')
 
     def __check_init__(self):
         check_parameter("SIR", "beta", self.beta)
@@ -119,6 +121,7 @@ class SEIR(AbstractODE):
     gamma: jax.Array = eqx.field(converter=jnp.asarray, default=0.1)
     population: jax.Array = eqx.field(converter=jnp.asarray, default=1.0)
     n_components: ClassVar[int] = 4
+    component_names: ClassVar[tuple[str, ...]] = ('S', 'E', 'I', 'R')
 
     def __check_init__(self):
         for name in ("beta", "sigma", "gamma"):
