@@ -70,9 +70,10 @@ def solve(
     """Integrate the ODE `system` from `y0` at `t0` to `t1` with Diffrax and save at `save_at`.
 
     Steps are adaptive (a PID controller on `rtol`/`atol`) unless `rtol=None`, in which case
-    every step is `dt0`. Times are cast to the state's dtype, so float32 and float64 runs keep
-    their precision. Pure: works under `jax.jit`, `jax.vmap` (over `y0` and the system's
-    parameters) and `jax.grad`.
+    they are constant: n = ceil((t1 - t0) / dt0) equal steps of (t1 - t0) / n (that is,
+    `dt0` when it divides `t1 - t0`). Times are cast to the state's dtype, so float32 and
+    float64 runs keep their precision. Pure: works under `jax.jit`, `jax.vmap` (over `y0` and
+    the system's parameters) and `jax.grad`.
 
     **Arguments:**
 
@@ -91,7 +92,9 @@ def solve(
       `rtol=None` steps are constant (`dt0` required) and `atol` is ignored.
     - `dt0`: initial step size (time units). `None` lets Diffrax choose it (adaptive only).
     - `max_steps`: the most steps the solver may take before it fails. With constant steps
-      the count is known, so too small a value raises at once.
+      the count is known, so too small a value raises at once (unless `t0`, `t1` or `dt0`
+      are traced: then the checkpointed adjoint stores every step, `max_steps` copies of
+      the solver state; see `_constant_steps`).
     - `adjoint`: how reverse-mode gradients are computed: `"recursive_checkpoint"`
       (backpropagate through the solver, checkpointed; exact for the discretisation),
       `"backsolve"` (solve the continuous adjoint ODE backwards; memory O(1), gradients
@@ -121,14 +124,16 @@ def solve(
     """
     dtype = _validate(system, y0, t0, t1, save_at, rtol, atol, dt0, observables, throw)
     max_steps = positive_int("max_steps", max_steps)
+    solver = _make_solver(solver, rtol)
+    adjoint = _make_adjoint(adjoint, rtol)
+    if rtol is None:  # before `jnp.asarray`, which gives tracers under `jax.jit`
+        controller, dt0, adjoint = _constant_steps(max_steps, t0, t1, dt0, dtype, adjoint)
+    else:
+        controller = dfx.PIDController(rtol=rtol, atol=atol)
+        dt0 = None if dt0 is None else jnp.asarray(dt0, dtype=dtype)
     t0 = jnp.asarray(t0, dtype=dtype)
     t1 = jnp.asarray(t1, dtype=dtype)
     save_at = _save_times(save_at, t0, t1, dtype)
-    solver = _make_solver(solver, rtol)
-    controller, dt0 = _make_controller(rtol, atol, dt0, dtype)
-    adjoint = _make_adjoint(adjoint, rtol)
-    if rtol is None:
-        max_steps = _constant_step_max_steps(max_steps, t0, t1, dt0)
     return _solve(system, y0, t0, t1, save_at, solver, controller, dt0, max_steps, adjoint,
                   args, dict(observables or {}), throw)
 
@@ -221,13 +226,6 @@ def _make_solver(solver, rtol) -> dfx.AbstractSolver:
     return solver
 
 
-def _make_controller(rtol, atol, dt0, dtype):
-    dt0 = None if dt0 is None else jnp.asarray(dt0, dtype=dtype)
-    if rtol is None:
-        return dfx.ConstantStepSize(), dt0
-    return dfx.PIDController(rtol=rtol, atol=atol), dt0
-
-
 def _make_adjoint(adjoint, rtol) -> dfx.AbstractAdjoint:
     if isinstance(adjoint, str):
         if adjoint not in ADJOINTS:
@@ -253,24 +251,49 @@ def _make_adjoint(adjoint, rtol) -> dfx.AbstractAdjoint:
     return adjoint
 
 
-def _constant_step_max_steps(max_steps, t0, t1, dt0) -> int:
-    """The `max_steps` to hand Diffrax for a constant-step solve of known length.
+def _constant_steps(max_steps, t0, t1, dt0, dtype, adjoint):
+    """(controller, dt0, adjoint) to hand Diffrax for a constant-step solve.
 
-    The number of steps `n` is known on the host, so too small a `max_steps` is reported at
-    once. Diffrax's `RecursiveCheckpointAdjoint` was measured (DESIGN.md) to give gradients
-    wrong by 0.3-5% when `max_steps` was n, n+1 or 2n, so at least 2n + 2 is handed over; the
-    bound is never reached, so this changes no result.
+    Measured (diffrax 0.7.2, equinox 0.13.8, jax 0.10.2, CPU): `ConstantStepSize` with
+    `SaveAt(ts=...)` and `RecursiveCheckpointAdjoint` gives silently wrong gradients when the
+    times are constants to XLA (e.g. `jax.jit(jax.grad(loss))` with Python floats for
+    `t0`/`t1`/`dt0`) and save times fall on step ends. Lorenz, 1,000 steps of 0.01 saved
+    every 10 steps, float64: wrong by 32-177% with max_steps = n, n+5, n+64, 2n, 2n+2
+    (checkpoints 44, 45, 62), right with 1100, 2048, 4096 (46, 63, 90) and with checkpoints
+    >= n; through the previous `solve` under jit, 1.8% (100 steps, tsit5). Cause:
+    `ConstantStepSize` computes step ends as `t0 + (t1 - t0) * (k / n)` and XLA rounded it
+    differently in the forward loop and in the backward recomputation (step end 5.7:
+    5.7000000000000002 forward, 5.6999999999999993 recomputed), so a save time on a step end
+    is saved in different steps by the two; where the backward pass joins a stored checkpoint
+    to a recomputed state, that frame's cotangent is dropped (x0) or counted twice (x2).
+    Which states are recomputed depends on `checkpoints` (by default ~sqrt(2 max_steps)),
+    hence on `max_steps`. Save times half a step off the step ends, or a grid of exact binary
+    fractions, were right; adaptive (PID) steps were right for every `max_steps` tried.
+
+    So the step ends are computed here, on the host, and handed over as `StepTo(ts=...)`:
+    they are read, never recomputed, and the two passes agree (measured right, 2e-14, with
+    checkpoints = 2, 14, 44, 45, 46, 62, 63, 90, 500, 1000 at max_steps = n and 4n; and
+    vmapped over 4 members at max_steps = n, 2n+2, 4096, 100000). When the times are traced
+    there are no host values: `ConstantStepSize` is kept and a `RecursiveCheckpointAdjoint`
+    without `checkpoints` stores every step (`checkpoints=max_steps`), so nothing is
+    recomputed (t1 traced inside but constant to XLA: 177% wrong with checkpoints=44, right
+    this way). An explicit `checkpoints` is left as given.
     """
     if not (is_concrete(t0) and is_concrete(t1) and is_concrete(dt0)):
-        return max_steps
-    span, step = float(t1) - float(t0), float(dt0)
+        if isinstance(adjoint, dfx.RecursiveCheckpointAdjoint) and adjoint.checkpoints is None:
+            adjoint = dfx.RecursiveCheckpointAdjoint(checkpoints=max_steps)
+        return dfx.ConstantStepSize(), jnp.asarray(dt0, dtype=dtype), adjoint
+    t0, t1, dt0 = (np.asarray(t, dtype=dtype) for t in (t0, t1, dt0))
+    start, span, step = float(t0), float(t1) - float(t0), float(dt0)
     n_steps = max(1, math.ceil(span / step - 1e-9))
     if max_steps < n_steps:
         raise ValueError(
             f"solve: `max_steps` ({max_steps}) is below the {n_steps} constant steps of "
-            f"dt0={step:g} from t0={float(t0):g} to t1={float(t1):g}; raise `max_steps` or `dt0`."
+            f"dt0={step:g} from t0={start:g} to t1={float(t1):g}; raise `max_steps` or `dt0`."
         )
-    return max(max_steps, 2 * n_steps + 2)
+    ends = (start + span * (np.arange(n_steps + 1) / n_steps)).astype(dtype)
+    ends[0], ends[-1] = t0, t1  # exactly, as StepTo requires
+    return dfx.StepTo(ts=ends), None, adjoint
 
 
 def _vector_field(t, y, system_and_args):
