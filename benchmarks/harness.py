@@ -121,7 +121,7 @@ class Measurement:
             return None
         return self.work / self.time_median_s
 
-    def apply_timing(self, timing: "Timing") -> "Measurement":
+    def apply_timing(self, timing: Timing) -> Measurement:
         self.time_median_s, self.time_min_s, self.time_max_s = timing.median, timing.min, timing.max
         self.first_call_s, self.reps = timing.first, timing.reps
         if self.compile_s is None and self.compile_method == "first-minus-steady":
@@ -500,7 +500,6 @@ def machine_info(ctx: Context) -> dict:
                                                 "OPENBLAS_NUM_THREADS", "JAX_PLATFORMS")},
     }
     if "jax" in sys.modules:
-        import jax
 
         try:
             dev = ctx.jax_device()
