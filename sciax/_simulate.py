@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
+import numpy as np
 from jax import lax
 
 from ._adjoint import AbstractAdjoint, CheckpointAdjoint, ReversibleAdjoint
@@ -151,7 +152,7 @@ def _validate(system, state0, integrator, dt, n_steps, save_every, key, observab
 
 def _use_componentwise_layout(system, state0) -> bool:
     """Step a small 1-D ODE state as a tuple of scalars (struct of arrays under vmap)."""
-    return getattr(system, "n_components", None) is not None and isinstance(state0, jax.Array | float) \
+    return getattr(system, "n_components", None) is not None and isinstance(state0, jax.Array | np.ndarray) \
         and jnp.ndim(state0) == 1
 
 

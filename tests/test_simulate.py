@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 import sciax
-from sciax import PhaseSpace
-from sciax import integrators as si
+from sciax import PhaseSpace, integrators as si
 from sciax.systems import HarmonicOscillator, Kepler, Lorenz
 
 Y0 = jnp.array([1.0, 1.0, 1.0])
@@ -38,7 +37,7 @@ def test_grad_wrt_initial_state_and_forward_mode():
     f = lambda y0: lorenz_loss(28.0, y0=y0)  # noqa: E731
     g = jax.grad(f)(Y0)
     jf = jax.jacfwd(f)(Y0)
-    fd = np.array([central_difference(lambda s: f(Y0.at[i].set(s)), Y0[i], 1e-6) for i in range(3)])
+    fd = np.array([central_difference(lambda s, i=i: f(Y0.at[i].set(s)), Y0[i], 1e-6) for i in range(3)])
     np.testing.assert_allclose(g, fd, rtol=1e-6)
     np.testing.assert_allclose(jf, g, rtol=1e-12)
 
@@ -104,6 +103,8 @@ def test_componentwise_layout_equals_array_layout():
     b = sciax.simulate(LorenzArray(), Y0, integrator=si.RK4(), dt=0.01, n_steps=100).states
     np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
     assert a.shape == (101, 3)
+    from_numpy = sciax.simulate(Lorenz(), np.asarray(Y0), integrator=si.RK4(), dt=0.01, n_steps=100).states
+    np.testing.assert_array_equal(from_numpy, a)
 
 
 def test_saving_frames_times_and_observables():
@@ -120,7 +121,7 @@ def test_saving_frames_times_and_observables():
     assert lean.states is None
     np.testing.assert_array_equal(lean.observables["x"], tr.observables["x"])
     with pytest.raises(ValueError, match="save_states=False"):
-        lean.final_state
+        _ = lean.final_state
 
 
 def test_float32_and_float64_preserved(dtype):
@@ -179,7 +180,8 @@ class TestBadInput:
         return sciax.simulate(system, state, **kw)
 
     def test_state_shape_mismatch(self):
-        with pytest.raises(sciax.StateMismatchError, match=r"Lorenz expects a state of shape \(3,\), got array of shape \(2,\)"):
+        with pytest.raises(sciax.StateMismatchError,
+                           match=r"Lorenz expects a state of shape \(3,\), got array of shape \(2,\)"):
             self.run(state=jnp.array([1.0, 2.0]))
 
     def test_particle_state_mismatch(self):
