@@ -29,11 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `benchmarks/` lives beside the package, not inside it
     sys.path.insert(0, str(ROOT))
 
+import sciax  # noqa: E402
 from benchmarks import workloads as wl  # noqa: E402
 from benchmarks.baselines import numpy_gradient, numpy_lorenz  # noqa: E402
 from benchmarks.suites import gradient as gradient_suite  # noqa: E402
-
-import sciax  # noqa: E402
 from sciax.integrators import RK4, Tsit5  # noqa: E402
 from sciax.systems import Lorenz  # noqa: E402
 

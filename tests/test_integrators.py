@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 import sciax
-from sciax import PhaseSpace
-from sciax import integrators as si
+from sciax import PhaseSpace, integrators as si
 from sciax.systems import AbstractODE, HarmonicOscillator, Kepler
 
 

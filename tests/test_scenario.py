@@ -10,8 +10,8 @@ import pytest
 
 import sciax
 from sciax.scenario import (
-    _buildable_from_toml,
     ScenarioError,
+    _buildable_from_toml,
     integrator_classes,
     load_scenario,
     parse_scenario,
