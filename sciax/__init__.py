@@ -16,6 +16,7 @@ from ._adjoint import (
     DirectAdjoint as DirectAdjoint,
     ReversibleAdjoint as ReversibleAdjoint,
 )
+from ._compilation_cache import enable_compilation_cache as enable_compilation_cache
 from ._equilibrium import Equilibrium as Equilibrium, equilibrium as equilibrium
 from ._errors import NonFiniteStateError as NonFiniteStateError, StateMismatchError as StateMismatchError
 from ._fit import (

@@ -49,6 +49,13 @@ def _run(args) -> int:
     from .runner import run
     from .scenario import ScenarioError, load_scenario
 
+    if not args.no_compilation_cache:
+        from ._compilation_cache import enable_compilation_cache
+
+        try:
+            enable_compilation_cache()
+        except ValueError as e:  # e.g. a read-only home: run without the cache
+            print(f"sciax run: warning: {e}; running without the compilation cache.", file=sys.stderr)
     try:
         scenario = load_scenario(args.scenario, n_steps=args.n_steps)
         result = run(scenario, args.out, resume=args.resume, progress=not args.quiet)
@@ -92,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress line or summary")
     p.add_argument("--n-steps", type=int, metavar="N", default=None,
                    help="override [run] n_steps (e.g. a short smoke test); a multiple of save_every")
+    p.add_argument("--no-compilation-cache", action="store_true",
+                   help="do not keep compiled programs on disk (default: kept in $SCIAX_CACHE_DIR or "
+                        "~/.cache/sciax/jax, so a second run of a scenario skips most compilation)")
     return parser
 
 

@@ -99,3 +99,15 @@ def test_non_finite_run_exits_1_naming_the_step(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "non-finite (NaN/Inf) by step 20" in err and "Everything before it is saved" in err
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["status"] == "non-finite"
+
+
+def test_run_keeps_compiled_programs_in_the_cache_directory_unless_told_not_to(tmp_path, monkeypatch):
+    import jax
+
+    monkeypatch.setenv("SCIAX_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["run", str(LORENZ), "--out", str(tmp_path / "a"), "--n-steps", "400", "--quiet",
+                 "--no-compilation-cache"]) == 0
+    assert jax.config.jax_compilation_cache_dir != str(tmp_path / "cache")
+    assert main(["run", str(LORENZ), "--out", str(tmp_path / "b"), "--n-steps", "400", "--quiet"]) == 0
+    assert jax.config.jax_compilation_cache_dir == str(tmp_path / "cache")
+    assert (tmp_path / "cache").is_dir()

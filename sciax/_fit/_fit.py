@@ -125,7 +125,7 @@ def fit(
     problem = eqx.tree_at(lambda p: p.rollout, problem, rollout.for_jacobian(mode))
     scale = (not sigma_given) if scale_covariance is None else bool(scale_covariance)
     out = solve(problem, segment_states, optimiser, options, int(max_steps), mode, jnp.asarray(scale))
-    result = package(problem, out)
+    result = package(problem, segment_states, out)
     if throw and not result.converged:
         raise FitError(
             f"fit did not converge after {result.n_steps} steps: {result.message} (loss ½Σr² = "

@@ -59,18 +59,27 @@ def choose_solver(solver, jacobian, rtol, atol, dtype, problem):
     return solver, options, mode
 
 
+def initial_unconstrained(problem, segment_states):
+    return problem.to_unconstrained(problem.initial_physical(segment_states)).astype(problem.optimiser_dtype)
+
+
+@eqx.filter_jit
+def _initial_residuals_finite(problem, segment_states):
+    return jnp.all(jnp.isfinite(problem.residuals_unconstrained(initial_unconstrained(problem, segment_states))))
+
+
 @eqx.filter_jit
 def solve(problem, segment_states, solver, options, max_steps, mode, scale_covariance):
     """Solve, then linearise at the optimum and assemble every array of the result (one compile)."""
-    u0 = problem.to_unconstrained(problem.initial_physical(segment_states)).astype(problem.optimiser_dtype)
-    r0 = problem.residuals_unconstrained(u0)
+    u0 = initial_unconstrained(problem, segment_states)
     sol = optx.least_squares(residual_function, solver, u0, args=problem, options=options,
                              max_steps=max_steps, throw=False)
     u = sol.value
     v = problem.to_physical(u).astype(problem.dtype)
     scale = jax.jvp(problem.to_physical, (u,), (jnp.ones_like(u),))[1].astype(problem.dtype)
-    r = problem.residuals_physical(v)
-    jac = (jax.jacfwd if mode == "fwd" else jax.jacrev)(problem.residuals_physical)(v)
+    # One rollout gives both the residuals and their Jacobian (the primal is the aux output).
+    jacobian = jax.jacfwd if mode == "fwd" else jax.jacrev
+    jac, r = jacobian(lambda x: (problem.residuals_physical(x),) * 2, has_aux=True)(v)
 
     # Gauss–Newton covariance from the SVD of J: (JᵀJ)⁻¹ = V S⁻² Vᵀ (no squared condition number).
     _, s, vt = jnp.linalg.svd(jac, full_matrices=False)
@@ -108,7 +117,7 @@ def solve(problem, segment_states, solver, options, max_steps, mode, scale_covar
         "cov": cov, "correlation": correlation, "residual_variance": residual_variance,
         "segment_states": jax.vmap(layout.unflatten)(jnp.concatenate([flat0[None], segments])),
         "v": v, "scale": scale, "success": sol.result == optx.RESULTS.successful, "result": sol.result,
-        "n_steps": sol.stats["num_steps"], "initial_finite": jnp.all(jnp.isfinite(r0)),
+        "n_steps": sol.stats["num_steps"],
         "final_finite": jnp.all(jnp.isfinite(r)), "full_rank": jnp.all(rank_ok),
     }
 
@@ -124,10 +133,13 @@ def _labels(problem) -> tuple[str, ...]:
     return tuple(labels)
 
 
-def package(problem, out) -> FitResult:
+def package(problem, segment_states, out) -> FitResult:
     converged = bool(out["success"])
     message = optx.RESULTS[out["result"]]
-    if not bool(out["initial_finite"]):
+    # The initial residuals are only looked at to explain a failure (a separate, small compile
+    # on that path keeps them out of the solve every successful fit compiles).
+    failed = not (converged and bool(out["final_finite"]))
+    if failed and not bool(_initial_residuals_finite(problem, segment_states)):
         converged = False
         message = ("the residuals are not finite (NaN/Inf) at the initial guess: the model blew up; "
                    "start closer, shorten the step, or use transforms. " + message).strip()
