@@ -382,7 +382,8 @@ class TestBadInput:
             fit_oscillator(CLEAN, sigma=sigma)
 
     def test_observed_shape_does_not_match_observe(self):
-        with pytest.raises(ValueError, match=r"each observation has shape \(3,\) but `observe\(state\)` returns shape \(\)"):
+        with pytest.raises(ValueError,
+                           match=r"each observation has shape \(3,\) but `observe\(state\)` returns shape \(\)"):
             fit_oscillator(np.zeros((201, 3)))
 
     def test_bad_solver_and_jacobian(self):

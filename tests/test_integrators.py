@@ -38,7 +38,8 @@ RK_CASES = [
 ]
 
 
-@pytest.mark.parametrize("integrator,order,ns", RK_CASES, ids=lambda x: type(x).__name__ if isinstance(x, si.AbstractIntegrator) else "")
+@pytest.mark.parametrize("integrator,order,ns", RK_CASES,
+                         ids=lambda x: type(x).__name__ if isinstance(x, si.AbstractIntegrator) else "")
 def test_runge_kutta_order_nonautonomous(integrator, order, ns):
     T, y0 = 2.0, 0.3
     errors, dts = [], []

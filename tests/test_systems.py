@@ -379,7 +379,8 @@ def test_ornstein_uhlenbeck_moments():
         se_mean = np.sqrt(var_exact / n)
         se_var = var_exact * np.sqrt(2 / (n - 1))
         np.testing.assert_array_less(np.abs(samples[:, k].mean(axis=0) - mean_exact), 5 * se_mean)
-        np.testing.assert_array_less(np.abs(samples[:, k].var(axis=0, ddof=1) - var_exact), 5 * se_var + 0.015 * var_exact)
+        np.testing.assert_array_less(np.abs(samples[:, k].var(axis=0, ddof=1) - var_exact),
+                                     5 * se_var + 0.015 * var_exact)
     # The paths are random (not the mean): the variance is not zero.
     assert samples[:, -1].var() > 0.5 * float(ou.variance(times[-1]))
     np.testing.assert_allclose(ou.variance(100.0), ou.stationary_variance(), rtol=1e-12)
@@ -649,14 +650,16 @@ INVALID = [
     (lambda: Robertson(k2=-3e7), r"Robertson: `k2` must be >= 0"),
     (lambda: OrnsteinUhlenbeck(theta=0.0), r"OrnsteinUhlenbeck: `theta` must be > 0"),
     (lambda: GeometricBrownianMotion(sigma=-0.2), r"GeometricBrownianMotion: `sigma` must be >= 0"),
-    (lambda: NBody(masses=jnp.ones((2, 2))), r"NBody: `masses` must be a 1-D array of shape \(N,\).*got shape \(2, 2\)"),
+    (lambda: NBody(masses=jnp.ones((2, 2))),
+     r"NBody: `masses` must be a 1-D array of shape \(N,\).*got shape \(2, 2\)"),
     (lambda: NBody(masses=jnp.array([1.0, -2.0])), r"NBody: `masses` must be positive, got minimum -2.0"),
     (lambda: NBody(masses=jnp.ones(2), softening=-0.1), r"NBody: `softening` must be >= 0"),
     (lambda: NBody(masses=jnp.ones(2), softening=jnp.ones(2)), r"NBody: `softening` must be a scalar, got .*\(2,\)"),
     (lambda: MassSpringChain(masses=jnp.ones(1)), r"MassSpringChain: `masses` .* N >= 2, got shape \(1,\)"),
     (lambda: MassSpringChain(masses=jnp.ones(4), stiffness=jnp.ones(4)),
      r"MassSpringChain: `stiffness` must be a scalar or have shape \(3,\) \(one per spring\), got shape \(4,\)"),
-    (lambda: MassSpringChain(masses=jnp.ones(3), rest_length=-1.0), r"MassSpringChain: `rest_length` must be non-negative"),
+    (lambda: MassSpringChain(masses=jnp.ones(3), rest_length=-1.0),
+     r"MassSpringChain: `rest_length` must be non-negative"),
     (lambda: MassSpringChain(masses=jnp.array([1.0, 2.0])).normal_mode_frequencies(),
      r"normal_mode_frequencies: the closed form needs equal `masses`"),
     (lambda: MassSpringLattice(masses=jnp.ones(3), springs=((0, 1), (1, 3))),

@@ -106,7 +106,9 @@ def check_mask_sigma(obs_leaves, treedef, times, mask, sigma):
         if np.any(bad):
             idx = np.argwhere(bad)[0]
             n = int(bad.sum())
-            where = f"times[{int(idx[0])}] = {float(times[idx[0]]):.10g}" + (f", component {tuple(int(j) for j in idx[1:])}" if len(idx) > 1 else "")
+            where = f"times[{int(idx[0])}] = {float(times[idx[0]]):.10g}"
+            if len(idx) > 1:
+                where += f", component {tuple(int(j) for j in idx[1:])}"
             if given:
                 raise ValueError(
                     f"fit: `observed` has {n} NaN/Inf value(s) at entries that `mask` marks as observed "

@@ -182,7 +182,9 @@ def _build_problem(system, state0, times, observed, params, rollout, transforms,
         start += state_block.size
     n_interest = start
     if n_interest == 0:
-        raise ValueError("fit: nothing to fit: every selected parameter is Fixed() and no initial-state entry is fitted.")
+        raise ValueError(
+            "fit: nothing to fit: every selected parameter is Fixed() and no initial-state entry is fitted."
+        )
 
     # Data.
     times, t0, eps = check_times(times, t0)
