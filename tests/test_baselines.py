@@ -106,6 +106,14 @@ def test_c_reference_matches_sciax(ensembles, c_library, precision):
     assert_close(out, expected, TOL[precision])
 
 
+def test_c_peak_kernel_returns_a_flop_rate(c_library):
+    """The ensemble suite's "of core peak" divides by this (its size is a benchmark figure, not
+    tested here: no timing in unit tests)."""
+    for precision in ("float32", "float64"):
+        peak = c_library.peak_flops(np.dtype(precision), iters=100_000, repeats=1)
+        assert np.isfinite(peak) and peak > 0
+
+
 # --- gradient workload: 4 members, 200 RK4 steps over t in [0, 2], 10 observations -----------
 
 G_STEPS, G_T_END, G_OBS = 200, 2.0, 10

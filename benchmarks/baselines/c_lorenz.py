@@ -44,6 +44,9 @@ class LorenzC:
             ptr = ctypes.c_void_p
             fn.argtypes = [ptr, ptr, ptr, ptr, ctypes.c_ssize_t, ctype, ctype, ctype, ctypes.c_long]
             fn.restype = None
+        for name in ("fma_peak_f32", "fma_peak_f64"):
+            getattr(self._lib, name).argtypes = [ctypes.c_long]
+            getattr(self._lib, name).restype = ctypes.c_double
 
     def __call__(self, rho: np.ndarray, u0=(1.0, 0.0, 0.0), *, dt: float = 0.001, n_steps: int = 1000,
                  sigma: float = 10.0, beta: float = 8.0 / 3.0) -> np.ndarray:
@@ -55,3 +58,8 @@ class LorenzC:
         x, y, z = (np.full(n, float(c), dtype=dtype) for c in u0)
         fn(x.ctypes.data, y.ctypes.data, z.ctypes.data, rho.ctypes.data, n, sigma, beta, dt, n_steps)
         return np.stack([x, y, z], axis=-1)
+
+    def peak_flops(self, dtype, *, iters: int = 20_000_000, repeats: int = 3) -> float:
+        """This core's measured FMA throughput in flop/s for `dtype` (median of `repeats`)."""
+        fn = {np.dtype(np.float32): self._lib.fma_peak_f32, np.dtype(np.float64): self._lib.fma_peak_f64}
+        return float(np.median([fn[np.dtype(dtype)](iters) for _ in range(repeats)]))

@@ -62,3 +62,39 @@ void NAME(T *restrict x, T *restrict y, T *restrict z, const T *restrict rho, pt
 
 DEFINE_LORENZ_RK4(lorenz_rk4_f32, float)
 DEFINE_LORENZ_RK4(lorenz_rk4_f64, double)
+
+/* Measured arithmetic peak of one core: 16 independent chains of vector FMAs (acc = acc*m + a),
+ * LANES = 64 bytes / sizeof(T) (one AVX-512 register; GCC splits it on narrower machines), so
+ * the loop is bound by the FMA units' throughput, not by latency or memory. Returns flop/s,
+ * counting an FMA as two flops. The Lorenz suite divides its throughput x flops-per-step by this.
+ */
+#include <time.h>
+
+#define PEAK_CHAINS 16
+#define DEFINE_FMA_PEAK(NAME, T)                                                           \
+double NAME(long iters)                                                                    \
+{                                                                                          \
+    enum { LANES = 64 / sizeof(T) };                                                       \
+    typedef T vec __attribute__((vector_size(64)));                                        \
+    vec acc[PEAK_CHAINS], mul, add;                                                        \
+    for (int l = 0; l < LANES; l++) {                                                      \
+        mul[l] = (T)0.999999;                                                              \
+        add[l] = (T)1e-7;                                                                  \
+        for (int j = 0; j < PEAK_CHAINS; j++) acc[j][l] = (T)(1 + j + l) * (T)1e-3;        \
+    }                                                                                      \
+    struct timespec t0, t1;                                                                \
+    clock_gettime(CLOCK_MONOTONIC, &t0);                                                   \
+    for (long i = 0; i < iters; i++)                                                       \
+        for (int j = 0; j < PEAK_CHAINS; j++) acc[j] = acc[j] * mul + add;                 \
+    clock_gettime(CLOCK_MONOTONIC, &t1);                                                   \
+    T sum = 0;                                                                             \
+    for (int j = 0; j < PEAK_CHAINS; j++)                                                  \
+        for (int l = 0; l < LANES; l++) sum += acc[j][l];                                  \
+    volatile T sink = sum; /* keeps the loop */                                            \
+    (void)sink;                                                                            \
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec); \
+    return 2.0 * LANES * PEAK_CHAINS * (double)iters / s;                                  \
+}
+
+DEFINE_FMA_PEAK(fma_peak_f32, float)
+DEFINE_FMA_PEAK(fma_peak_f64, double)

@@ -128,19 +128,23 @@ def make_prepare_c(ctx):
 
     state = {}
 
-    def prepare(ctx, method, dtype, rhos):
+    def library():
         if "lib" not in state:
             import time
 
             t0 = time.perf_counter()
             state["lib"] = c_lorenz.LorenzC(c_lorenz.compile_library(ctx.scratch("c")))
             state["gcc_s"] = time.perf_counter() - t0
-        lib = state["lib"]
+        return state["lib"]
+
+    def prepare(ctx, method, dtype, rhos):
+        lib = library()
         return Prepared(
             call=lambda: lib(rhos, wl.ENSEMBLE_U0, dt=wl.ENSEMBLE_DT, n_steps=wl.ENSEMBLE_STEPS,
                              sigma=wl.LORENZ_SIGMA, beta=wl.LORENZ_BETA),
             compile_s=state.pop("gcc_s", None), compile_method="gcc", mem_method="tracemalloc")
 
+    prepare.library = library
     return prepare
 
 
@@ -197,7 +201,8 @@ def run(ctx) -> SuiteResult:
     import jax
 
     jax.config.update("jax_enable_x64", True)  # float64 rows; every array below has an explicit dtype
-    result = SuiteResult(columns=[("max_rel_diff", "max rel. diff vs sciax"), ("vs_c", "of C")])
+    result = SuiteResult(columns=[("max_rel_diff", "max rel. diff vs sciax"), ("vs_c", "of C"),
+                                  ("of_peak", "of core peak")])
     missing = _availability()
     prepare = {SCIAX: prepare_sciax, NUMPY: prepare_numpy, TORCH: prepare_torch,
                TORCH_COMPILE: prepare_torch_compile, DIFFRAX: prepare_diffrax}
@@ -212,6 +217,8 @@ def run(ctx) -> SuiteResult:
         impls = [i for i in every if (i in planned or ctx.quick) and not (method == "tsit5" and i == C_REF)]
         _run_point(ctx, result, prepare, missing, cap, method, precision, size, impls, planned)
 
+    if C_REF not in missing:
+        _arithmetic_peak(ctx, result, prepare[C_REF].library())
     _targets(ctx, result)
     blocks = sorted({(method, precision) for method, precision, _, _ in plan})
     result.plots = [
@@ -278,6 +285,29 @@ def _run_point(ctx, result, prepare, missing, cap, method, precision, size, impl
                 frac = 100 * m.throughput / c_throughput
                 m.extra["vs_c"] = f"{frac:.0f}%" if frac >= 10 else f"{frac:.1f}%"
     result.measurements += rows
+
+
+# Flops of one Lorenz RK4 step as sciax, C and NumPy write it (stage y + dt·(a·k), final
+# y + dt·(Σ b_i k_i)), an add, sub or mul counting one and an FMA two: 4 vector fields x 8, stage
+# inputs 2 x 9 + 6, final combination 27.
+RK4_FLOPS_PER_STEP = 4 * 8 + 2 * 9 + 6 + 27
+
+
+def _arithmetic_peak(ctx, result, lib):
+    """Fill the "of core peak" column of the RK4 rows: throughput x flops per step over this
+    core's measured FMA peak (benchmarks/c/lorenz_rk4.c: `fma_peak_*`)."""
+    case = _case("rk4")
+    for precision in sorted({m.precision for m in result.measurements if m.case == case}):
+        peak = lib.peak_flops(np.dtype(precision))
+        ctx.log(f"  measured arithmetic peak of the core, {precision}: {peak:.3g} flop/s")
+        result.notes.append(
+            f"Core peak, {precision}: {peak:.3g} flop/s, measured with 16 independent chains of 512-bit "
+            f"FMAs (`fma_peak_*` in benchmarks/c/lorenz_rk4.c). *Of core peak* = trajectory-steps/s x "
+            f"{RK4_FLOPS_PER_STEP} flops per RK4 step (the arithmetic as written, an FMA counting two) / peak; "
+            f"100% is out of reach for a mix of additions and multiplications that is not all FMA.")
+        for m in result.measurements:
+            if m.case == case and m.precision == precision and m.throughput:
+                m.extra["of_peak"] = f"{100 * m.throughput * RK4_FLOPS_PER_STEP / peak:.1f}%"
 
 
 def _find(result, impl, case, precision, size):
