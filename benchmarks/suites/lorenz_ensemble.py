@@ -36,6 +36,7 @@ UNIT = "traj-steps/s"
 TARGET_SIZE = 100_000
 
 SCIAX = "sciax jit(vmap(simulate))"
+SWEEP = "sciax.sweep (cache-blocked)"
 NUMPY = "NumPy SoA (in-place)"
 TORCH = "PyTorch eager"
 TORCH_COMPILE = "torch.compile"
@@ -75,6 +76,33 @@ def prepare_sciax(ctx, method, dtype, rhos):
     return Prepared(call=lambda: compiled(rho), sync=jax_sync, compile_s=compile_s,
                     compile_method="lower+compile", mem_method="xla",
                     xla_mem=xla_memory_bytes(compiled))
+
+
+def prepare_sweep(ctx, method, dtype, rhos):
+    """`sciax.sweep` over ρ: the same members, in blocks of 8,192 vmapped members run one after
+    another, so a block's states stay in cache for all 1,000 steps."""
+    import jax
+    import jax.numpy as jnp
+
+    import sciax
+    from sciax.integrators import RK4, Tsit5
+    from sciax.systems import Lorenz
+
+    system = Lorenz(sigma=jnp.asarray(wl.LORENZ_SIGMA, dtype), rho=jnp.asarray(0.0, dtype),
+                    beta=jnp.asarray(wl.LORENZ_BETA, dtype))
+    u0 = jnp.asarray(wl.ENSEMBLE_U0, dtype)
+    options = dict(integrator={"rk4": RK4(), "tsit5": Tsit5()}[method], dt=wl.ENSEMBLE_DT,
+                   n_steps=wl.ENSEMBLE_STEPS, save_every=wl.ENSEMBLE_STEPS)
+    rho = jax.device_put(jnp.asarray(rhos), ctx.jax_device())
+
+    def final_state(traj):  # one function object for every call, so sweep's compiled program is reused
+        return traj.final_state
+
+    def call():
+        return sciax.sweep(system, u0, axes={"rho": rho}, simulate_kwargs=options, output=final_state,
+                           check_finite=False).outputs
+
+    return Prepared(call=call, sync=jax_sync, compile_method="first-minus-steady", mem_method="")
 
 
 def prepare_numpy(ctx, method, dtype, rhos):
@@ -179,13 +207,13 @@ def _plan(ctx):
     every implementation at 1e3..1e6 in float32 and float64 (skipping sizes whose predicted
     time per call exceeds --max-call-s).
     """
-    every = [SCIAX, C_REF, NUMPY, TORCH_COMPILE, TORCH, DIFFRAX]
+    every = [SCIAX, SWEEP, C_REF, NUMPY, TORCH_COMPILE, TORCH, DIFFRAX]
     if ctx.quick:
         small = [SCIAX, C_REF, NUMPY, TORCH, DIFFRAX]
         return [
             ("rk4", "float32", 1_000, small),
             ("rk4", "float32", 10_000, small),
-            ("rk4", "float32", 100_000, [SCIAX, C_REF, NUMPY, TORCH_COMPILE]),
+            ("rk4", "float32", 100_000, [SCIAX, SWEEP, C_REF, NUMPY, TORCH_COMPILE]),
             ("tsit5", "float32", 10_000, [SCIAX, NUMPY, TORCH, DIFFRAX]),
             ("tsit5", "float32", 100_000, [SCIAX]),
         ]
@@ -204,14 +232,14 @@ def run(ctx) -> SuiteResult:
     result = SuiteResult(columns=[("max_rel_diff", "max rel. diff vs sciax"), ("vs_c", "of C"),
                                   ("of_peak", "of core peak")])
     missing = _availability()
-    prepare = {SCIAX: prepare_sciax, NUMPY: prepare_numpy, TORCH: prepare_torch,
+    prepare = {SCIAX: prepare_sciax, SWEEP: prepare_sweep, NUMPY: prepare_numpy, TORCH: prepare_torch,
                TORCH_COMPILE: prepare_torch_compile, DIFFRAX: prepare_diffrax}
     if C_REF not in missing:
         prepare[C_REF] = make_prepare_c(ctx)
     cap = CostCap(ctx.max_call_s, ctx.quick)
 
     plan = _plan(ctx)
-    every = [SCIAX, C_REF, NUMPY, TORCH_COMPILE, TORCH, DIFFRAX]
+    every = [SCIAX, SWEEP, C_REF, NUMPY, TORCH_COMPILE, TORCH, DIFFRAX]
     for method, precision, size, planned in plan:
         # Quick mode lists the implementations it leaves out at this size, so the table says so.
         impls = [i for i in every if (i in planned or ctx.quick) and not (method == "tsit5" and i == C_REF)]
