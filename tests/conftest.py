@@ -4,11 +4,12 @@ XLA_FLAGS must be set before jax is imported so that sharding tests see 4 CPU de
 """
 
 import os
+import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 os.environ.setdefault("MPLBACKEND", "Agg")
 # `sciax run` keeps compiled programs on disk by default: keep the tests' out of the home folder.
-os.environ.setdefault("SCIAX_CACHE_DIR", os.path.join(__import__("tempfile").mkdtemp(prefix="sciax-test-cache-")))
+os.environ.setdefault("SCIAX_CACHE_DIR", tempfile.mkdtemp(prefix="sciax-test-cache-"))
 
 import jax  # noqa: E402
 
