@@ -88,7 +88,10 @@ def sweep(
       - `run`: `run(system, state0, key) -> pytree`, any unbatched, jittable rollout.
     - `output`: `output(result) -> pytree`, what to keep of each member (e.g.
       `lambda traj: traj.final_state`); default the whole result. Small outputs make large
-      sweeps cheap.
+      sweeps cheap. The compiled chunk is reused across calls only for the *same* `output`,
+      `run` and `reduce` objects: a `lambda` written inside a loop is a new function at every
+      call and recompiles each time (measured: 1e5 Lorenz members ran at 1.75e8 instead of
+      1.11e9 trajectory-steps/s), so define them once outside the loop.
     - `reduce`: reductions over members computed chunk by chunk: a name (`"mean"`, `"var"`,
       `"std"`, `"min"`, `"max"`, `"sum"`, `"count"`, `"median"`), a list of names, or a dict
       result name -> reduction (`Mean()`, `Variance(ddof=1)`, `Quantile([0.05, 0.95])`,
