@@ -307,3 +307,27 @@ class TestBadInput:
     def test_empty_axes(self):
         with pytest.raises(TypeError, match="`axes` must be a non-empty dict"):
             sciax.sweep(Lorenz(), Y0, axes={}, simulate_kwargs=KW)
+
+
+def test_repeated_sweeps_reuse_member_structure_but_never_stale_values_or_shapes():
+    """`sweep` memoises one member's output structure on its abstract signature: a second sweep
+    with the same structure skips that trace, while new values, new functions and new dtypes
+    still give their own results."""
+    from sciax.ensemble import _sweep
+
+    def run(system, y0=Y0, output=final):
+        return sciax.sweep(system, y0, axes={"rho": RHO}, simulate_kwargs=KW, output=output).outputs
+
+    first = run(Lorenz(sigma=10.0))
+    entries = len(_sweep._STRUCTURES)
+    second = run(Lorenz(sigma=12.0))  # same structure, other values
+    assert len(_sweep._STRUCTURES) == entries  # the memoised structure was used
+    for i, rho in enumerate(RHO):
+        np.testing.assert_allclose(second[i], sciax.simulate(Lorenz(sigma=12.0, rho=rho), Y0, **KW).final_state,
+                                   rtol=1e-12)
+    assert not np.allclose(first, second)
+    x_only = run(Lorenz(), output=lambda traj: traj.final_state[0])  # another function: other shape
+    assert x_only.shape == (RHO.size,)
+    np.testing.assert_array_equal(x_only, run(Lorenz())[:, 0])
+    single = run(sciax.astype(Lorenz(), jnp.float32), y0=Y0.astype(jnp.float32))  # another dtype
+    assert single.dtype == np.float32
