@@ -263,22 +263,28 @@ def _abstract_key(tree):
     return key
 
 
-def _member_structures(specs, check_finite, payload, one_values, flat0):
-    """(rollout result, (kept output, ok)) structures of one member, by one `eval_shape`."""
-    key = _abstract_key((specs, check_finite, payload, one_values, flat0))
+def _memoised(kind: str, inputs, compute):
+    """`compute()`, remembered under (`kind`, the abstract signature of `inputs`)."""
+    key = _abstract_key(inputs)
+    key = None if key is None else (kind, key)
     if key is not None and key in _STRUCTURES:
         return _STRUCTURES[key]
+    value = compute()
+    if key is not None:
+        if len(_STRUCTURES) >= _STRUCTURES_MAX:
+            _STRUCTURES.pop(next(iter(_STRUCTURES)))
+        _STRUCTURES[key] = value
+    return value
 
+
+def _member_structures(specs, check_finite, payload, one_values, flat0):
+    """(rollout result, (kept output, ok)) structures of one member, by one `eval_shape`."""
     def both(p, v, i):
         result = _member_result(specs, p, v, i)
         return result, _member_output(result, check_finite, p[4])
 
-    structures = eqx.filter_eval_shape(both, payload, one_values, flat0)
-    if key is not None:
-        if len(_STRUCTURES) >= _STRUCTURES_MAX:
-            _STRUCTURES.pop(next(iter(_STRUCTURES)))
-        _STRUCTURES[key] = structures
-    return structures
+    return _memoised("member", (specs, check_finite, payload, one_values, flat0),
+                     lambda: eqx.filter_eval_shape(both, payload, one_values, flat0))
 
 
 def _check_chunking(batch_size, memory_budget):
@@ -297,13 +303,17 @@ def _traces_in_shard_map(config, payload, axes) -> bool:
     """Whether one chunk traces inside `shard_map` (see `_chunk`); tracing only, no compile."""
     tables = [jax.ShapeDtypeStruct(a.values.shape, a.values.dtype) for a in axes]
     index = jax.ShapeDtypeStruct((), jnp.int32)
-    try:
-        eqx.filter_eval_shape(_chunk, config, payload, tables, None, index, index)
-    except ValueError as e:
-        if "does not match out_structure" in str(e):  # lineax under shard_map (see _chunk)
-            return False
-        raise
-    return True
+
+    def traces():
+        try:
+            eqx.filter_eval_shape(_chunk, config, payload, tables, None, index, index)
+        except ValueError as e:
+            if "does not match out_structure" in str(e):  # lineax under shard_map (see _chunk)
+                return False
+            raise
+        return True
+
+    return _memoised("shard_map", (config, payload, tables), traces)
 
 
 def _run_function(run, simulate_kwargs, solve_kwargs, key, axes):
