@@ -32,7 +32,7 @@ def default_cache_directory() -> Path:
 
 
 def enable_compilation_cache(directory: str | os.PathLike | None = None, *,
-                             min_compile_time_s: float = 0.2) -> Path:
+                             min_compile_time_s: float = 0.2) -> Path | str:
     """Keep compiled programs on disk so that a new process reuses them instead of compiling.
 
     **Arguments:**
@@ -42,7 +42,7 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None, *,
     - `min_compile_time_s`: only programs that took at least this long (seconds) to compile
       are written, so the cache does not fill with trivial ones.
 
-    **Returns:** the cache directory.
+    **Returns:** the cache directory (a `Path`; the URL string for a remote cache).
 
     Takes effect for every compile after the call, including programs already compiled in
     this process when they are compiled again. Safe to call more than once.

@@ -255,7 +255,7 @@ def _abstract_key(tree):
     d_leaves, d_def = jtu.tree_flatten(dynamic)
     s_leaves, s_def = jtu.tree_flatten(static)
     avals = tuple((tuple(x.shape), str(x.dtype), bool(getattr(x, "weak_type", False))) for x in d_leaves)
-    key = (d_def, avals, s_def, tuple(s_leaves), bool(jax.config.jax_enable_x64))
+    key = (d_def, avals, s_def, tuple((type(x), x) for x in s_leaves), bool(jax.config.jax_enable_x64))
     try:
         hash(key)
     except TypeError:
