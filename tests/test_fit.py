@@ -136,6 +136,47 @@ def test_forward_and_reverse_jacobians_agree():
     np.testing.assert_allclose(reverse.covariance, forward.covariance, rtol=1e-8)
 
 
+def test_fused_forward_jacobian_is_the_plain_derivative():
+    """`forward_residual_function` (one rollout with all tangents, then J·u̇) has exactly the
+    derivatives of the plain residual function: JVP, the linearisation and its transpose (what
+    Optimistix applies), reverse mode, and derivatives with respect to the data (fallback)."""
+    import equinox as eqx
+    import jax
+
+    from sciax._fit._problem import forward_residual_function, residual_function
+
+    problem = fit_oscillator(noisy(8)).problem
+    u = problem.to_unconstrained(jnp.array([1.7, 0.25]))  # away from the optimum
+    u_dot = jnp.array([0.3, -1.2])
+
+    def fused(x):
+        return forward_residual_function(x, problem)
+
+    def plain(x):
+        return residual_function(x, problem)
+
+    r_ref, jvp_ref = jax.jvp(plain, (u,), (u_dot,))
+    r, jvp = jax.jvp(fused, (u,), (u_dot,))
+    np.testing.assert_array_equal(r, r_ref)
+    np.testing.assert_allclose(jvp, jvp_ref, rtol=1e-12, atol=1e-14 * float(jnp.max(jnp.abs(jvp_ref))))
+
+    _, linear = jax.linearize(fused, u)
+    cotangent = jnp.linspace(-1.0, 1.0, r.size)
+    (transposed,) = jax.linear_transpose(linear, u)(cotangent)
+    (vjp_ref,) = jax.vjp(plain, u)[1](cotangent)
+    np.testing.assert_allclose(linear(u_dot), jvp_ref, rtol=1e-12, atol=1e-14 * float(jnp.max(jnp.abs(jvp_ref))))
+    np.testing.assert_allclose(transposed, vjp_ref, rtol=1e-12)
+    np.testing.assert_allclose(jax.jacrev(fused)(u), jax.jacfwd(plain)(u), rtol=1e-12, atol=1e-14)
+
+    def loss_of_data(function, observed):
+        p = eqx.tree_at(lambda q: q.observed, problem, observed)
+        return 0.5 * jnp.sum(function(u, p) ** 2)
+
+    grads = [jax.grad(loss_of_data, argnums=1)(f, problem.observed)
+             for f in (forward_residual_function, residual_function)]
+    np.testing.assert_allclose(grads[0][0], grads[1][0], rtol=1e-12)
+
+
 def test_selector_and_filter_select_like_names():
     import equinox as eqx
     import jax.tree_util as jtu

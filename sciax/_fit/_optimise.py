@@ -8,7 +8,7 @@ import numpy as np
 import optimistix as optx
 
 from .._validation import describe
-from ._problem import residual_function
+from ._problem import forward_residual_function, residual_function
 from ._result import FitResult
 from ._unknowns import entry_labels
 
@@ -72,7 +72,8 @@ def _initial_residuals_finite(problem, segment_states):
 def solve(problem, segment_states, solver, options, max_steps, mode, scale_covariance):
     """Solve, then linearise at the optimum and assemble every array of the result (one compile)."""
     u0 = initial_unconstrained(problem, segment_states)
-    sol = optx.least_squares(residual_function, solver, u0, args=problem, options=options,
+    fn = forward_residual_function if mode == "fwd" else residual_function
+    sol = optx.least_squares(fn, solver, u0, args=problem, options=options,
                              max_steps=max_steps, throw=False)
     u = sol.value
     v = problem.to_physical(u).astype(problem.dtype)

@@ -139,3 +139,29 @@ class Problem(eqx.Module):
 def residual_function(u, problem: Problem):
     """`fn(y, args)` in the form Optimistix expects."""
     return problem.residuals_unconstrained(u)
+
+
+@eqx.filter_custom_jvp
+def forward_residual_function(u, problem: Problem):
+    """`residual_function` for forward-mode Jacobians: its JVP runs one rollout that carries
+    the residuals r(u) and all n_unknowns tangents (`jacfwd`), then returns J·u̇.
+
+    Optimistix linearises `fn` once per step (`jax.linearize`) and then applies the linear map
+    several times (materialising J for the QR solve, Jᵀr for the gradient). Through a plain
+    rollout that is a primal scan that stores every step's linearisation point, a tangent
+    scan per application and a transposed scan; here the linear map is the small dense J, so
+    a step costs one forward pass with n_unknowns tangents and compiles one rollout, not three.
+    """
+    return problem.residuals_unconstrained(u)
+
+
+@forward_residual_function.def_jvp
+def _forward_residual_jvp(primals, tangents):
+    u, problem = primals
+    u_dot, problem_dot = tangents
+    if jtu.tree_leaves(problem_dot) or u_dot is None:
+        # Differentiated with respect to the data or system as well (not what `fit` does):
+        # the ordinary JVP, exactly.
+        return eqx.filter_jvp(residual_function, primals, tangents)
+    jacobian, r = jax.jacfwd(lambda x: (problem.residuals_unconstrained(x),) * 2, has_aux=True)(u)
+    return r, jacobian @ u_dot
