@@ -116,6 +116,39 @@ def test_covariance_matches_scipy_least_squares():
     np.testing.assert_allclose(with_sigma.params["omega"], result.params["omega"], rtol=1e-9)
 
 
+def test_covariance_comes_from_the_solvers_last_linearisation(monkeypatch):
+    """Levenberg–Marquardt's state holds r and J at the point it returns; the covariance is
+    built from them (no second rollout) and equals the one from a fresh linearisation there.
+    A saturated transform (dv/du = 0) cannot be divided out and falls back to the latter."""
+    import optimistix as optx
+
+    from sciax._fit import _optimise
+
+    fresh = _optimise.physical_linearisation
+
+    def refuse(*args):
+        raise AssertionError("LM fit linearised again instead of using the solver's state")
+
+    monkeypatch.setattr(_optimise, "physical_linearisation", refuse)
+    result = fit_oscillator(noisy(9))
+    monkeypatch.setattr(_optimise, "physical_linearisation", fresh)
+    jac, r = fresh(result.problem, result.optimum, "fwd")
+    cov, _, variance, full_rank = _optimise.gauss_newton_covariance(jac, r, 2, 2, True)
+    np.testing.assert_allclose(result.residuals, r, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(result.covariance, cov, rtol=1e-10)
+    np.testing.assert_allclose(result.residual_variance, variance, rtol=1e-13)
+    assert full_rank
+
+    calls = []
+    monkeypatch.setattr(_optimise, "physical_linearisation", lambda *a: calls.append(a) or fresh(*a))
+    out = {"v": result.optimum, "scale": jnp.array([result.scale[0], 0.0]), "system": result.system,
+           "state0": result.state0, "segment_states": result.segment_states, "result": optx.RESULTS.successful,
+           "success": True, "n_steps": 3, "jac": jnp.full((r.size, 2), jnp.nan), "r": r}
+    saturated = _optimise.package(result.problem, None, out, "fwd", True)
+    assert len(calls) == 1
+    np.testing.assert_allclose(saturated.covariance, cov, rtol=1e-12)
+
+
 @pytest.mark.parametrize("solver", ["gauss_newton", "bfgs"])
 def test_solvers_reach_the_same_optimum(solver):
     data = noisy(7)

@@ -1,10 +1,17 @@
 """Host-side checks of the data handed to `fit`: times, observations, mask and sigma. Every
 failure names what was wrong and what was expected."""
 
+import jax
 import jax.tree_util as jtu
 import numpy as np
 
 from .._validation import describe
+
+
+def to_device(x, dtype):
+    """`x` as a JAX array of `dtype`, converted on the host (an eager `jnp.asarray` compiles
+    a small conversion kernel per new shape and dtype, which a fit's first call would pay)."""
+    return jax.device_put(np.asarray(x, dtype=dtype))
 
 
 def check_times(times, t0):

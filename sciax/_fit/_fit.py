@@ -4,13 +4,12 @@ from collections.abc import Callable
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
 from .._validation import check_precision, describe, state_dtype
 from ..systems._base import AbstractODE
-from ._data import check_mask_sigma, check_observed, check_times
+from ._data import check_mask_sigma, check_observed, check_times, to_device
 from ._optimise import choose_solver, package, solve
 from ._problem import Problem, identity
 from ._result import FitError, FitResult
@@ -124,8 +123,8 @@ def fit(
     rollout.check_jacobian(mode)
     problem = eqx.tree_at(lambda p: p.rollout, problem, rollout.for_jacobian(mode))
     scale = (not sigma_given) if scale_covariance is None else bool(scale_covariance)
-    out = solve(problem, segment_states, optimiser, options, int(max_steps), mode, jnp.asarray(scale))
-    result = package(problem, segment_states, out)
+    out = solve(problem, segment_states, optimiser, options, int(max_steps), mode)
+    result = package(problem, segment_states, out, mode, scale)
     if throw and not result.converged:
         raise FitError(
             f"fit did not converge after {result.n_steps} steps: {result.message} (loss ½Σr² = "
@@ -167,7 +166,7 @@ def _build_problem(system, state0, times, observed, params, rollout, transforms,
     state_index = resolve_state_mask(fit_initial_state, state0, layout)
     per_leaf, state_transform = resolve_transforms(transforms, names, groups, state_index.size > 0)
     leaves = jtu.tree_leaves(system)
-    values = tuple(jnp.asarray(leaves[i], dtype=dtype) for i in leaf_index)
+    values = tuple(to_device(leaves[i], dtype) for i in leaf_index)
     blocks, start = [], 0
     for name, transform, value in zip(names, per_leaf, values):
         transform.check(name, np.asarray(value))
@@ -197,9 +196,9 @@ def _build_problem(system, state0, times, observed, params, rollout, transforms,
     obs_leaves, obs_def = check_observed(observed, times.size, expected, dtype)
     mask_leaves, sigma_leaves, _ = check_mask_sigma(obs_leaves, obs_def, times, mask, sigma)
     keep_flags = np.concatenate([m.ravel() for m in mask_leaves])
-    keep = jnp.asarray(np.flatnonzero(keep_flags), dtype=jnp.int32)
-    observed_filled = tuple(jnp.asarray(np.where(m, x, 0), dtype=dtype) for x, m in zip(obs_leaves, mask_leaves))
-    inv_sigma = tuple(jnp.asarray(1.0 / s if sigma_leaves is not None else np.ones(x.shape), dtype=dtype)
+    keep = to_device(np.flatnonzero(keep_flags), np.int32)
+    observed_filled = tuple(to_device(np.where(m, x, 0), dtype) for x, m in zip(obs_leaves, mask_leaves))
+    inv_sigma = tuple(to_device(1.0 / s if sigma_leaves is not None else np.ones(x.shape), dtype)
                       for x, s in zip(obs_leaves, sigma_leaves or [None] * len(obs_leaves)))
 
     # Segments.
@@ -219,17 +218,17 @@ def _build_problem(system, state0, times, observed, params, rollout, transforms,
 
     problem = Problem(
         system=system,
-        state0=jtu.tree_map(lambda x: jnp.asarray(x, dtype=dtype), state0),
+        state0=jtu.tree_map(lambda x: to_device(x, dtype), state0),
         param_values=values,
         observed=observed_filled,
         inv_sigma=inv_sigma,
         keep=keep,
         plan=plan,
-        obs_segment=jnp.asarray(obs_segment, dtype=jnp.int32),
-        obs_position=jnp.asarray(obs_position, dtype=jnp.int32),
-        end_position=jnp.asarray(end_position, dtype=jnp.int32),
-        continuity_weight=jnp.asarray(shooting.continuity_weight, dtype=dtype),
-        state_index=jnp.asarray(state_index, dtype=jnp.int32),
+        obs_segment=to_device(obs_segment, np.int32),
+        obs_position=to_device(obs_position, np.int32),
+        end_position=to_device(end_position, np.int32),
+        continuity_weight=to_device(shooting.continuity_weight, dtype),
+        state_index=to_device(state_index, np.int32),
         rollout=rollout,
         blocks=tuple(blocks),
         state_block=state_block,

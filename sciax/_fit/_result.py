@@ -49,6 +49,10 @@ class FitResult(eqx.Module):
       on success.
     - `segment_times`, `segment_states`: start time and fitted start state of every shooting
       segment (one segment for single shooting).
+
+    The statistics (`params`, `standard_errors`, `loss`, residuals, `covariance`, …) are NumPy
+    arrays in the state's dtype, computed on the host; `system`, `state0` and `segment_states`
+    are JAX pytrees.
     """
 
     params: dict
@@ -56,12 +60,12 @@ class FitResult(eqx.Module):
     system: eqx.Module
     state0: object
     state0_standard_errors: object
-    loss: jax.Array
-    residuals: jax.Array
-    continuity_residuals: jax.Array
-    covariance: jax.Array
-    correlation: jax.Array
-    residual_variance: jax.Array
+    loss: np.ndarray
+    residuals: np.ndarray
+    continuity_residuals: np.ndarray
+    covariance: np.ndarray
+    correlation: np.ndarray
+    residual_variance: np.ndarray
     labels: tuple[str, ...] = eqx.field(static=True)
     n_observations: int = eqx.field(static=True)
     n_parameters: int = eqx.field(static=True)

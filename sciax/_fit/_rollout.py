@@ -15,6 +15,7 @@ from .._simulate import simulate
 from .._solve import solve
 from .._validation import describe
 from ..integrators._base import AbstractIntegrator
+from ._data import to_device
 
 
 class AbstractRollout(eqx.Module):
@@ -136,8 +137,8 @@ class Simulate(AbstractRollout):
         positions = np.stack([np.pad(o // save_every, (0, n_save - len(o)), mode="edge") for o in offsets])
         seg_t0 = global_t0 + start_steps * self.dt
         return _SimulatePlan(
-            t0=jnp.asarray(seg_t0, dtype=dtype),
-            positions=jnp.asarray(positions, dtype=jnp.int32),
+            t0=to_device(seg_t0, dtype),
+            positions=to_device(positions, np.int32),
             n_steps=n_steps,
             save_every=save_every,
         )
@@ -230,8 +231,7 @@ class Solve(AbstractRollout):
         ends = np.array([ts[-1] for ts in save_times])
         n_save = max(len(ts) for ts in save_times)
         ts = np.stack([np.pad(t, (0, n_save - len(t)), mode="edge") for t in save_times])
-        return _SolvePlan(t0=jnp.asarray(starts, dtype=dtype), t1=jnp.asarray(ends, dtype=dtype),
-                          ts=jnp.asarray(ts, dtype=dtype))
+        return _SolvePlan(t0=to_device(starts, dtype), t1=to_device(ends, dtype), ts=to_device(ts, dtype))
 
     def run(self, system, state0, plan, args):
         adjoint = "recursive_checkpoint" if self.adjoint is None else self.adjoint

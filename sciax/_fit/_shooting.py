@@ -9,6 +9,7 @@ import jax.tree_util as jtu
 import numpy as np
 
 from .._validation import describe
+from ._data import to_device
 
 
 class MultipleShooting(eqx.Module):
@@ -75,7 +76,7 @@ def initial_segment_states(problem, shooting, identity_observe, obs_leaves, mask
     come from a single-shooting run with the initial parameters), else that run."""
     m, layout = problem.n_segments, problem.layout
     if m == 1:
-        return jnp.zeros((0, layout.size), dtype)
+        return to_device(np.zeros((0, layout.size)), dtype)
     if shooting.segment_states is not None:
         given = shooting.segment_states
         try:
@@ -94,7 +95,7 @@ def initial_segment_states(problem, shooting, identity_observe, obs_leaves, mask
         rows = np.stack([np.concatenate([x[b].ravel() for x in obs_leaves]) for b in bounds[1:-1]])
         known = np.stack([np.concatenate([mk[b].ravel() for mk in mask_leaves]) for b in bounds[1:-1]])
         if known.all():
-            return jnp.asarray(rows, dtype=dtype)
+            return to_device(rows, dtype)
         guess = (rows, known)
     simulated = np.asarray(_single_shooting_states(problem, starts, dtype))
     if guess is not None:
@@ -105,7 +106,7 @@ def initial_segment_states(problem, shooting, identity_observe, obs_leaves, mask
             "fit: the single-shooting run that provides the initial segment states became non-finite; "
             "pass MultipleShooting(..., segment_states=...) or a better initial guess."
         )
-    return jnp.asarray(simulated, dtype=dtype)
+    return to_device(simulated, dtype)
 
 
 def _single_shooting_states(problem, starts, dtype):

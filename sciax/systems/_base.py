@@ -15,6 +15,19 @@ from .._state import PhaseSpace
 from .._validation import describe
 
 
+def check_components(y, n: int, system_name: str) -> None:
+    """Raise `StateMismatchError` unless `y` is a 1-D array of length `n` or a tuple of `n`."""
+    if isinstance(y, tuple):
+        if len(y) != n:
+            raise StateMismatchError(
+                f"{system_name} expects a state of {n} components, got a tuple of {len(y)}."
+            )
+    elif jnp.shape(y) != (n,):
+        raise StateMismatchError(
+            f"{system_name} expects a state of shape ({n},), got {describe(y)}."
+        )
+
+
 def components(y, n: int, system_name: str) -> tuple:
     """Split an ODE state into its `n` scalar components.
 
@@ -22,16 +35,9 @@ def components(y, n: int, system_name: str) -> tuple:
     that `simulate` uses internally for speed: under `vmap` each component is a contiguous
     `(B,)` array, and no per-step stack/unstack is emitted).
     """
+    check_components(y, n, system_name)
     if isinstance(y, tuple):
-        if len(y) != n:
-            raise StateMismatchError(
-                f"{system_name} expects a state of {n} components, got a tuple of {len(y)}."
-            )
         return y
-    if jnp.shape(y) != (n,):
-        raise StateMismatchError(
-            f"{system_name} expects a state of shape ({n},), got {describe(y)}."
-        )
     return tuple(y[i] for i in range(n))
 
 
@@ -60,7 +66,7 @@ class AbstractODE(eqx.Module):
     def check_state(self, y) -> None:
         """Raise `StateMismatchError` if `y` is not a valid state of this system."""
         if self.n_components is not None:
-            components(y, self.n_components, type(self).__name__)
+            check_components(y, self.n_components, type(self).__name__)
 
     def default_state(self):
         """A sensible initial state (float array) for demos and scenarios."""
