@@ -139,14 +139,29 @@ def test_covariance_comes_from_the_solvers_last_linearisation(monkeypatch):
     np.testing.assert_allclose(result.residual_variance, variance, rtol=1e-13)
     assert full_rank
 
+    # Saturated transforms (dv/du = 0 or below √tiny) and a solve that took no step: the
+    # solver's J_u cannot be used, so `package` linearises in physical units.
     calls = []
     monkeypatch.setattr(_optimise, "physical_linearisation", lambda *a: calls.append(a) or fresh(*a))
-    out = {"v": result.optimum, "scale": jnp.array([result.scale[0], 0.0]), "system": result.system,
-           "state0": result.state0, "segment_states": result.segment_states, "result": optx.RESULTS.successful,
-           "success": True, "n_steps": 3, "jac": jnp.full((r.size, 2), jnp.nan), "r": r}
-    saturated = _optimise.package(result.problem, None, out, "fwd", True)
-    assert len(calls) == 1
-    np.testing.assert_allclose(saturated.covariance, cov, rtol=1e-12)
+    for second_scale, n_steps in ((0.0, 3), (1e-200, 3), (result.scale[1], 0)):
+        out = {"v": result.optimum, "scale": jnp.array([result.scale[0], second_scale]), "system": result.system,
+               "state0": result.state0, "segment_states": result.segment_states,
+               "result": optx.RESULTS.successful, "success": True, "n_steps": n_steps,
+               "jac": jnp.full((r.size, 2), jnp.nan), "r": jnp.zeros_like(r)}
+        fallback = _optimise.package(result.problem, None, out, "fwd", True)
+        np.testing.assert_allclose(fallback.covariance, cov, rtol=1e-12)
+        np.testing.assert_allclose(fallback.residuals, r, rtol=1e-13, atol=1e-15)
+    assert len(calls) == 3
+
+
+def test_covariance_is_nan_with_fewer_residuals_than_unknowns():
+    from sciax._fit._optimise import gauss_newton_covariance
+
+    cov, unscaled, variance, full_rank = gauss_newton_covariance(np.array([[1.0, 2.0]]), np.array([0.5]), 2, 2, False)
+    assert not full_rank and np.isnan(cov).all() and np.isnan(unscaled).all() and np.isnan(variance)
+    cov, _, _, full_rank = gauss_newton_covariance(np.array([[1.0, 2.0], [0.0, 1.0]]), np.zeros(2), 2, 2, False)
+    assert full_rank
+    np.testing.assert_allclose(cov, np.linalg.inv(np.array([[1.0, 2.0], [2.0, 5.0]])), rtol=1e-13)
 
 
 @pytest.mark.parametrize("solver", ["gauss_newton", "bfgs"])

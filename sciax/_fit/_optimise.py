@@ -125,7 +125,9 @@ def _covariance(jac, r, n_interest, n_unknowns, scale_covariance):
     n_total = r.shape[0]
     sum_sq = np.sum(r**2)
     residual_variance = sum_sq / (n_total - n_unknowns) if n_total > n_unknowns else np.asarray(np.nan, r.dtype)
-    if not np.all(np.isfinite(jac)):
+    if jac.shape[0] < jac.shape[1] or not np.all(np.isfinite(jac)):
+        # Fewer residuals than unknowns: JᵀJ is singular (the SVD's min(n, p) values would
+        # hide it); non-finite J: nothing to invert.
         nan = np.full((q, q), np.nan, jac.dtype)
         return nan, nan, residual_variance, False
     _, s, vt = np.linalg.svd(jac, full_matrices=False)
@@ -147,14 +149,19 @@ def _labels(problem) -> tuple[str, ...]:
     return tuple(labels)
 
 
+def _saturation_threshold(dtype):
+    """|dv/du| below which J = J_u / (dv/du) is not trusted: √(smallest normal number)."""
+    return np.sqrt(np.finfo(dtype).tiny)
+
+
 def package(problem, segment_states, out, mode, scale_covariance) -> FitResult:
     """Turn `solve`'s arrays into a `FitResult`: covariance and standard errors (NumPy, on the
     host), the solver's message, and the checks that explain a failure."""
     v, scale = np.asarray(out["v"]), np.asarray(out["scale"])
     jac, r = out["jac"], out["r"]
-    if jac is None or not np.all(scale != 0):
-        # No linearisation from the solver, or a transform saturated (dv/du = 0): J in
-        # physical units directly.
+    if jac is None or int(out["n_steps"]) == 0 or not np.all(np.abs(scale) >= _saturation_threshold(scale.dtype)):
+        # No linearisation from the solver (BFGS, or no step taken), or a transform saturated
+        # (dv/du ≈ 0, so J_u has lost J's digits): J in physical units directly.
         jac, r = physical_linearisation(problem, out["v"], mode)
     jac, r = np.asarray(jac), np.asarray(r)
     q, n_data = problem.n_interest, problem.n_data

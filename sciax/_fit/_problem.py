@@ -2,8 +2,9 @@
 
 `fit` checks its input on the host (`_unknowns`, `_data`) and builds a `Problem`, an Equinox
 module whose array leaves are the data and the system, and whose static fields say how to
-assemble the model. Its methods are pure and jittable: `fit` differentiates
-`residuals_physical` and hands `residuals_unconstrained` to Optimistix.
+assemble the model. Its methods are pure and jittable: `fit` hands `residuals_unconstrained`
+to Optimistix (in forward mode through `forward_residual_function`), and differentiates
+`residuals_physical` only when the solver's own linearisation cannot be used.
 
 The vector of unknowns is flat: the free parameter entries (raveled, in the order given),
 then the fitted entries of the initial state, then (multiple shooting) the full start state
@@ -164,4 +165,5 @@ def _forward_residual_jvp(primals, tangents):
         # the ordinary JVP, exactly.
         return eqx.filter_jvp(residual_function, primals, tangents)
     jacobian, r = jax.jacfwd(lambda x: (problem.residuals_unconstrained(x),) * 2, has_aux=True)(u)
-    return r, jacobian @ u_dot
+    # Full precision: a float32 matmul may otherwise run in TF32 on GPUs (~1e-3 relative).
+    return r, jnp.matmul(jacobian, u_dot, precision=jax.lax.Precision.HIGHEST)

@@ -5,9 +5,10 @@ A transform maps an unconstrained value `z` (any real number) to a physical valu
 (`params`, `covariance`, `standard_errors`) is in physical units.
 
 Uncertainties are propagated with the delta method: with `D = diag(dx/dz)` at the optimum,
-`Cov(x) = D Cov(z) D`. `fit` obtains exactly this by differentiating the residuals with respect
-to the physical values themselves (chain rule: `J_x = J_z D⁻¹`), which stays accurate when `D`
-is tiny (a `Bounded` value close to a bound).
+`Cov(x) = D Cov(z) D`. `fit` obtains exactly this from the Jacobian with respect to the
+physical values, `J_x = J_z D⁻¹` (chain rule), taking `J_z` from the solver's last
+linearisation; where `D` is nearly zero (a `Bounded` value pinned at a bound, |dx/dz| below
+√(smallest normal number)) it differentiates with respect to the physical values directly.
 """
 
 import math
