@@ -11,6 +11,7 @@ import numpy as np
 from jax import lax
 
 from ._adjoint import AbstractAdjoint, CheckpointAdjoint, ReversibleAdjoint
+from ._callable_key import by_code
 from ._errors import NonFiniteStateError
 from ._trajectory import Trajectory
 from ._validation import (
@@ -90,7 +91,7 @@ def simulate(
     )
     dt = jnp.asarray(dt, dtype=dtype)
     t0 = jnp.asarray(t0, dtype=dtype)
-    observables = dict(observables or {})
+    observables = {name: by_code(fn) for name, fn in (observables or {}).items()}  # a new lambda: no recompile
     step_offset = jnp.asarray(step_offset)
     if jnp.ndim(step_offset) != 0 or not jnp.issubdtype(step_offset.dtype, jnp.integer):
         raise TypeError(f"`step_offset` must be an integer scalar, got {describe(step_offset)}.")

@@ -225,6 +225,26 @@ def test_fused_forward_jacobian_is_the_plain_derivative():
     np.testing.assert_allclose(grads[0][0], grads[1][0], rtol=1e-12)
 
 
+def test_a_new_observe_lambda_reuses_the_compiled_solve():
+    """A lambda re-created for every fit (a loop over datasets) must not recompile the solve."""
+    import jax
+
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, duration, **kw: compiles.append(event)
+        if event == "/jax/core/compile/backend_compile_duration" else None)
+
+    def observe_position():
+        return lambda y: y[0]
+
+    first = fit_oscillator(noisy(11), observe=observe_position())
+    compiles.clear()
+    again = fit_oscillator(noisy(12), observe=observe_position())
+    assert compiles == []
+    assert again.converged and float(again.params["omega"]) != float(first.params["omega"])
+    np.testing.assert_allclose(again.params["omega"], 2.0, atol=4 * float(again.standard_errors["omega"]))
+
+
 def test_selector_and_filter_select_like_names():
     import equinox as eqx
     import jax.tree_util as jtu

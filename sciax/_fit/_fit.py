@@ -7,6 +7,7 @@ import jax
 import jax.tree_util as jtu
 import numpy as np
 
+from .._callable_key import by_code
 from .._validation import check_precision, describe, state_dtype
 from ..systems._base import AbstractODE
 from ._data import check_mask_sigma, check_observed, check_times, to_device
@@ -103,7 +104,9 @@ def fit(
     the fit did not converge.
 
     `fit` runs on the host (it checks concrete data, then calls one jitted solve); the solve
-    is compiled once per problem structure and reused for new data of the same shapes.
+    is compiled once per problem structure and reused for new data of the same shapes (an
+    `observe` function re-created for every call, such as a `lambda` in a loop, is compared by
+    its code and captured values, so it does not recompile).
 
     ```python
     result = sciax.fit(DampedDrivenOscillator(omega=1.5, zeta=0.3), y0, times, xs,
@@ -188,7 +191,7 @@ def _build_problem(system, state0, times, observed, params, rollout, transforms,
     # Data.
     times, t0, eps = check_times(times, t0)
     rollout.check_times(t0, times, eps)
-    observe_fn = identity if observe is None else observe
+    observe_fn = identity if observe is None else by_code(observe)  # a new lambda: no recompile
     try:
         expected = jax.eval_shape(observe_fn, state0)
     except Exception as err:

@@ -23,6 +23,7 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from .. import parallel
+from .._callable_key import by_code
 from .._simulate import simulate
 from .._trajectory import Trajectory
 from .._validation import describe
@@ -88,10 +89,12 @@ def sweep(
       - `run`: `run(system, state0, key) -> pytree`, any unbatched, jittable rollout.
     - `output`: `output(result) -> pytree`, what to keep of each member (e.g.
       `lambda traj: traj.final_state`); default the whole result. Small outputs make large
-      sweeps cheap. The compiled chunk is reused across calls only for the *same* `output`,
-      `run` and `reduce` objects: a `lambda` written inside a loop is a new function at every
-      call and recompiles each time (measured: 1e5 Lorenz members ran at 1.75e8 instead of
-      1.11e9 trajectory-steps/s), so define them once outside the loop.
+      sweeps cheap. The compiled chunk is reused across calls for equal `output`, `run`,
+      observables and `Streaming` functions: plain functions are compared by their code and
+      captured values (`sciax._callable_key`), so a `lambda` re-created at every call (in a
+      loop) reuses it; one that closes over another value, or a callable object that is not
+      equal, compiles anew (before this, a per-call lambda ran 1e5 Lorenz members at 1.75e8
+      instead of 1.11e9 trajectory-steps/s).
     - `reduce`: reductions over members computed chunk by chunk: a name (`"mean"`, `"var"`,
       `"std"`, `"min"`, `"max"`, `"sum"`, `"count"`, `"median"`), a list of names, or a dict
       result name -> reduction (`Mean()`, `Variance(ddof=1)`, `Quantile([0.05, 0.95])`,
@@ -215,7 +218,7 @@ def _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output
     order = _check_order(order, n_members)
     mesh = parallel.member_mesh(devices)
     specs = tuple(a.spec for a in resolved)
-    payload = (system, state0, key, run_fn, output)
+    payload = (system, state0, key, run_fn, by_code(output))  # a new lambda each call: no recompile
 
     one_values = [jax.ShapeDtypeStruct(a.values.shape[1:], a.values.dtype) for a in resolved]
     flat0 = jax.ShapeDtypeStruct((), jnp.int32)
@@ -327,7 +330,7 @@ def _run_function(run, simulate_kwargs, solve_kwargs, key, axes):
     if run is not None:
         if not callable(run):
             raise TypeError(f"sweep: `run` must be a function run(system, state0, key) -> pytree, got {run!r}.")
-        return run
+        return by_code(run)
     if simulate_kwargs is not None:
         fn, name, kwargs = simulate, "simulate", simulate_kwargs
     else:
@@ -351,6 +354,8 @@ def _run_function(run, simulate_kwargs, solve_kwargs, key, axes):
         raise ValueError(f"sweep: {type(integrator).__name__} is stochastic: pass `key=jax.random.key(...)` "
                          "or a 'seed' axis.")
     kwargs = dict(kwargs, throw=False) if name == "solve" else dict(kwargs)
+    if isinstance(kwargs.get("observables"), dict):
+        kwargs["observables"] = {k: by_code(f) for k, f in kwargs["observables"].items()}
     return _Rollout(fn=fn, kwargs=kwargs, takes_key="key" in params)
 
 
