@@ -1,7 +1,12 @@
 """User functions keyed by code and captured values: a re-created lambda reuses the compiled
 program, and a function that computes something else never does."""
 
+import copy
 import functools
+import pickle
+import sys
+import time
+import types
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +40,99 @@ def times_array(a):
     return lambda y: a * y
 
 
+def test_functions_that_can_reach_mutable_state_are_left_unwrapped():
+    """A re-created lambda that reads a dict, list, NumPy array, `self`, a user class or a
+    function attribute could compute something new without its code or captures changing:
+    it is not keyed (it recompiles, as before), so a result is never stale."""
+    cfg, cols, weights = {"gain": 1.0}, [0], np.ones(3)
+
+    class Holder:
+        gain = 1.0
+
+        def make(self):
+            return lambda y: self.gain * y
+
+    def helper(y):
+        return helper.scale * y
+
+    helper.scale = 2.0
+    partial = functools.partial(np.multiply, 2.0)
+    for make in (lambda: (lambda y: cfg["gain"] * y), lambda: (lambda y: y[cols[0]]),
+                 lambda: (lambda y: weights * y), Holder().make, lambda: (lambda y: Holder.gain * y),
+                 lambda: (lambda y: helper(y)), lambda: (lambda y: partial(y))):
+        fn = make()
+        assert by_code(fn) is fn
+
+
+def test_mutable_state_read_by_a_new_lambda_is_seen_by_simulate_fit_and_sweep():
+    system, y0 = DampedDrivenOscillator(omega=2.0, zeta=0.1), jnp.array([1.0, 0.0])
+    cfg = {"gain": 1.0}
+
+    def run():
+        return sciax.simulate(system, y0, integrator=RK4(), dt=0.01, n_steps=3,
+                              observables={"x": lambda t, y, s: cfg["gain"] * y[0]}).observables["x"]
+
+    first = run()
+    cfg["gain"] = 10.0
+    np.testing.assert_allclose(run(), 10 * first, rtol=1e-15)
+
+    cols = [0]
+    lorenz, u0, rho = Lorenz(), jnp.array([1.0, 1.0, 1.0]), jnp.linspace(20.0, 30.0, 4)
+    options = dict(integrator=RK4(), dt=0.01, n_steps=10, save_every=10)
+
+    def final():
+        return sciax.sweep(lorenz, u0, axes={"rho": rho}, simulate_kwargs=options,
+                           output=lambda traj: traj.final_state[cols[0]]).outputs
+
+    x = final()
+    cols[0] = 2
+    assert not np.array_equal(final(), x)
+
+
+def test_user_module_attributes_read_by_the_code_are_part_of_the_key():
+    config = types.ModuleType("user_config")
+    config.K = 2.0
+    sys.modules["user_config"] = config
+    namespace = {"config": config}
+    exec("def make():\n    return lambda y: config.K * y\n", namespace)
+    try:
+        before = by_code(namespace["make"]())
+        assert isinstance(before, type(by_code(component(0)))) and before == by_code(namespace["make"]())
+        config.K = 3.0
+        assert by_code(namespace["make"]()) != before
+    finally:
+        del sys.modules["user_config"]
+
+
+def test_deep_or_wide_helpers_are_cheap_to_key_or_left_unwrapped():
+    namespace = {}
+    source = "\n".join(f"def f{i}(y):\n    return " + " + ".join(f"f{j}(y)" for j in range(12) if j != i)
+                       for i in range(12))
+    exec(source + "\ndef make():\n    return lambda y: f0(y)\n", namespace)
+    fn = namespace["make"]()
+    start = time.perf_counter()
+    wrapped = by_code(fn)
+    assert time.perf_counter() - start < 0.05  # a budget, not a benchmark: exponential blow-up was 0.1–0.5 s
+    assert wrapped is fn  # mutually recursive helpers: not keyed
+    nested = (1,)
+    for _ in range(5000):
+        nested = (nested,)
+    deep = (lambda n: (lambda y: n and y))(nested)
+    assert by_code(deep) is deep
+
+
+def test_wrapped_functions_copy_pickle_and_bind_like_functions():
+    wrapped = by_code(component(1))
+    assert copy.deepcopy(wrapped) is wrapped and copy.copy(wrapped)(jnp.arange(3.0)) == 1.0
+    module_level = by_code(times_factor)
+    assert pickle.loads(pickle.dumps(module_level)) == module_level
+
+    class C:
+        method = by_code(lambda self, y: y + 1)
+
+    assert C().method(2) == 3
+
+
 def test_keys_compare_code_and_captured_values():
     assert by_code(component(0)) == by_code(component(0))
     assert hash(by_code(component(0))) == hash(by_code(component(0)))
@@ -42,9 +140,11 @@ def test_keys_compare_code_and_captured_values():
     assert by_code(scaled(1.0)) != by_code(scaled(1))  # same value, another type
     assert by_code(scaled(0.0)) != by_code(scaled(-0.0))  # 1/c would differ
     assert by_code(component(0)) != by_code(lambda y: y[0])  # another code object
-    a = np.ones(3)
-    assert by_code(times_array(a)) == by_code(times_array(a))  # the same array object
-    assert by_code(times_array(a)) != by_code(times_array(np.ones(3)))  # equal values, another object
+    a = jnp.ones(3)
+    assert by_code(times_array(a)) == by_code(times_array(a))  # the same (immutable) JAX array
+    assert by_code(times_array(a)) != by_code(times_array(jnp.ones(3)))  # equal values, another object
+    assert by_code(scaled(np.float32(1.0))) == by_code(scaled(np.float32(1.0)))  # NumPy scalars by value
+    assert by_code(scaled(np.float32(1.0))) != by_code(scaled(np.float64(1.0)))
     assert by_code(by_code(component(0))) == by_code(component(0))
     assert by_code(component(0))(jnp.arange(3.0)) == 0.0 and by_code(component(2)).__name__ == "<lambda>"
 

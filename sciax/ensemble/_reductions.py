@@ -25,8 +25,6 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from .._callable_key import by_code
-
 
 class Reduction:
     """Base class (see module docstring). Subclasses are streaming unless `needs_values`."""
@@ -228,12 +226,6 @@ class Streaming(Reduction):
     partial: Callable
     merge: Callable
     finalize: Callable | None = None
-
-    def __post_init__(self):
-        # Keyed by code and captured values: the same reduction written anew (a lambda in a
-        # loop) reuses the compiled chunk.
-        for name in ("partial", "merge", "finalize"):
-            object.__setattr__(self, name, by_code(getattr(self, name)))
 
 
 @dataclasses.dataclass(frozen=True)

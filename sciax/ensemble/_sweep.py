@@ -89,12 +89,12 @@ def sweep(
       - `run`: `run(system, state0, key) -> pytree`, any unbatched, jittable rollout.
     - `output`: `output(result) -> pytree`, what to keep of each member (e.g.
       `lambda traj: traj.final_state`); default the whole result. Small outputs make large
-      sweeps cheap. The compiled chunk is reused across calls for equal `output`, `run`,
-      observables and `Streaming` functions: plain functions are compared by their code and
-      captured values (`sciax._callable_key`), so a `lambda` re-created at every call (in a
-      loop) reuses it; one that closes over another value, or a callable object that is not
-      equal, compiles anew (a per-call lambda ran 1e5 Lorenz members at 1.75e8 trajectory-steps/s
-      before this, 1.17e9 now, one core).
+      sweeps cheap. The compiled chunk is reused across calls for equal `output`, `run` and
+      observables: plain functions are compared by their code and captured values
+      (`sciax._callable_key`), so a `lambda` re-created at every call (in a loop) reuses it;
+      one that closes over another value, over something mutable (a dict, a NumPy array,
+      `self`), or a callable object that is not equal, compiles anew (a per-call lambda ran
+      1e5 Lorenz members at 1.75e8 trajectory-steps/s before this, 1.17e9 now, one core).
     - `reduce`: reductions over members computed chunk by chunk: a name (`"mean"`, `"var"`,
       `"std"`, `"min"`, `"max"`, `"sum"`, `"count"`, `"median"`), a list of names, or a dict
       result name -> reduction (`Mean()`, `Variance(ddof=1)`, `Quantile([0.05, 0.95])`,
