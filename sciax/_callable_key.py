@@ -6,38 +6,49 @@ object at every call, so passing it as `observe=` to `fit`, as `output=`/`run=` 
 as an observable to `simulate` recompiled every call: measured 1.1 s per fit against 13 ms.
 
 `by_code(fn)` wraps a plain Python function so that two wrappers are equal when they run the
-same code object on values that cannot have changed in between. The key holds:
+same code object on values that cannot have changed in between. The rules are deliberately
+narrow; a function outside them is returned unchanged and compiles anew at every call, exactly
+as without this module. A function is keyed only when everything it can reach is
 
-- every default, keyword default and closure cell, and every global the code (or a function
-  nested in it) names, by **value** when it is a number, string, bytes, None, NumPy scalar or
-  a plain tuple/frozenset of those; a function is keyed the same way, recursively;
-- JAX arrays (immutable) and the modules, classes and functions of the numerical libraries
-  sciax builds on (`jnp`, `jnp.sin`, `lax.scan`, `np.sum`, `sciax.systems.Lorenz`, builtins) by
-  **identity**, held by the key so an identity is never reused;
-- for a referenced *user* module, the values of the attributes the code reads from it, by the
-  rules above.
+- a number, string, bytes, bool, None, NumPy scalar (with its dtype) or a plain tuple of these,
+  compared by value (floats by their bits, so -0.0 and the sign of NaN count);
+- a JAX array (immutable), compared by identity;
+- a module, class or function *defined in* one of the numerical libraries sciax builds on
+  (`jnp`, `jnp.sin`, `lax.scan`, `np.sum`, `math.sqrt`, `sciax.systems.Lorenz`, builtins),
+  compared by identity; a function's library status comes from the module it was defined in,
+  a class's from being found under its name in its module, a jitted wrapper's from the
+  function it wraps; nothing bound to an object (`self`) counts;
+- another plain function that satisfies these rules (to a depth of `_MAX_DEPTH`),
 
-Anything else that the function can reach (a dict, list, NumPy array, `self`, an instance, a
-user class, a function with attributes, a `functools.partial`, a recursive function, or more
-than `_BUDGET` nested values) could change between calls without the function changing, so
-such a function is **not** keyed: `by_code` returns it unchanged, and it compiles anew at every
-call exactly as before. So does every callable that is not a plain function (its own equality
-applies). The one difference from retracing every time: Python run at trace time (a print,
-`np.random.rand()` drawn while tracing) runs once per key, as it does for any `jax.jit`-ed
-function called twice.
+reached through its defaults, closure cells and the globals its code names, and when its code
+does not import, nor name `getattr`, `setattr`, `vars`, `globals`, `locals`, `eval`, `exec`,
+`__import__` or `__dict__` (reads the key cannot see). Everything else — a dict, list, set,
+NumPy array, user module, user class or instance, `functools.partial`, a function with
+attributes, a recursive helper, more than `_BUDGET` values — leaves the function unwrapped.
+
+Not detected (assumed not to happen between two calls): monkeypatching a library module or
+class, and Python that runs at trace time only (a print, `np.random.rand()` while tracing) runs
+once per key, as for any jitted function called twice.
 """
 
-import functools
+import dis
+import inspect
+import struct
+import sys
 import types
 
 import jax
 import numpy as np
 
 _LIBRARIES = frozenset({
-    "builtins", "math", "cmath", "operator", "functools", "jax", "jaxlib", "numpy", "scipy",
-    "equinox", "diffrax", "optimistix", "lineax", "sciax",
+    "builtins", "math", "cmath", "operator", "jax", "jaxlib", "numpy", "scipy", "equinox", "diffrax",
+    "optimistix", "lineax", "sciax",
 })
-_BUDGET = 256  # values visited per key before giving up (keeps the key cheap to build)
+_HIDDEN_READS = frozenset({"getattr", "setattr", "delattr", "vars", "globals", "locals", "eval", "exec",
+                           "__import__", "__dict__"})
+_IMPORTS = frozenset({"IMPORT_NAME", "IMPORT_FROM", "IMPORT_STAR"})
+_BUDGET = 128  # values visited per key (shared helpers counted at every use): keys stay small
+_MAX_DEPTH = 6  # nested user functions
 
 
 class _Unkeyable(Exception):
@@ -59,90 +70,105 @@ class _Same:
         return id(self.obj)
 
 
-def _from_library(obj) -> bool:
-    module = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
-    return isinstance(module, str) and module.split(".")[0] in _LIBRARIES
+def _library_name(name) -> bool:
+    return isinstance(name, str) and name.split(".")[0] in _LIBRARIES
 
 
 def _library_code(x) -> bool:
-    """A module, class or function of the libraries sciax builds on (not an instance: a
-    `functools.partial`, a bound method of a random state, a user object are not)."""
-    if not _from_library(x):
-        return False
-    if isinstance(x, (types.ModuleType, type, types.FunctionType, np.ufunc)):
+    """A module, class or function defined in one of the libraries (see the module docstring)."""
+    if isinstance(x, types.ModuleType):
+        return _library_name(x.__name__) and sys.modules.get(x.__name__) is x
+    if isinstance(x, type):
+        home = sys.modules.get(x.__module__)
+        return _library_name(x.__module__) and getattr(home, x.__name__, None) is x
+    if isinstance(x, types.FunctionType):
+        return _library_name(x.__globals__.get("__name__"))
+    if isinstance(x, types.BuiltinFunctionType):  # `len`, `math.sqrt`; not `np.random.rand`
+        return isinstance(x.__self__, types.ModuleType) and _library_name(x.__self__.__name__)
+    if type(x) is np.ufunc:
         return True
-    if isinstance(x, types.BuiltinFunctionType):  # `len`, `math.sin`; not `np.random.rand`
-        return isinstance(x.__self__, (types.ModuleType, type(None)))
-    return hasattr(x, "__wrapped__") and not isinstance(x, functools.partial)  # jit/custom_jvp-wrapped
+    if type(x).__module__.split(".")[0] in ("jax", "jaxlib") and getattr(x, "__self__", None) is None:
+        target = inspect.unwrap(x)  # a jitted / custom_jvp library function: judge what it wraps
+        return target is not x and isinstance(target, types.FunctionType) and _library_code(target)
+    return False
 
 
-def _global_names(code):
+def _code_names(code):
+    """Global names the code (and code nested in it) reads; refuses imports and hidden reads."""
+    if any(ins.opname in _IMPORTS for ins in dis.get_instructions(code)):
+        raise _Unkeyable
     names = set(code.co_names)
+    if names & _HIDDEN_READS:
+        raise _Unkeyable
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            names |= _global_names(const)
+            names |= _code_names(const)
     return names
+
+
+def _float_key(x):
+    return struct.pack("<d", x)  # the bits: -0.0 and the sign of NaN count
 
 
 class _KeyBuilder:
     def __init__(self):
         self.budget = _BUDGET
-        self.functions = {}  # id(fn) -> key, within one build (shared helpers are keyed once)
+        self.functions = {}  # id(fn) -> (key, cost), within one build
         self.active = set()
 
-    def value(self, x):
-        self.budget -= 1
+    def spend(self, n=1):
+        self.budget -= n
         if self.budget < 0:
             raise _Unkeyable
+
+    def value(self, x, depth):
+        self.spend()
         if x is None or type(x) in (bool, int, str, bytes):
             return (type(x), x)
-        if type(x) in (float, complex):
-            return (type(x), repr(x))  # repr tells 0.0 from -0.0
-        if isinstance(x, np.generic):
-            return (type(x), x.tobytes())
+        if type(x) is float:
+            return (float, _float_key(x))
+        if type(x) is complex:
+            return (complex, _float_key(x.real), _float_key(x.imag))
+        if isinstance(x, np.generic) and not isinstance(x, np.void):
+            return (type(x), str(x.dtype), x.tobytes())
         if type(x) is tuple:
-            return (tuple, tuple(self.value(v) for v in x))
-        if type(x) is frozenset:
-            return (frozenset, frozenset(self.value(v) for v in x))
+            return (tuple, tuple(self.value(v, depth) for v in x))
         if isinstance(x, jax.Array):  # immutable (a tracer too, within its trace)
             return _Same(x)
-        if _library_code(x):  # jnp, jnp.sin, lax.scan, np.sum, Lorenz, len, ...: fixed code
+        if _library_code(x):
             return _Same(x)
-        if isinstance(x, types.FunctionType):
-            return ("function", self.function(x))
+        if isinstance(x, types.FunctionType) and depth < _MAX_DEPTH:
+            return ("function", self.function(x, depth + 1))
         raise _Unkeyable
 
-    def function(self, fn):
+    def function(self, fn, depth=0):
         if id(fn) in self.functions:
-            return self.functions[id(fn)]
+            key, cost = self.functions[id(fn)]
+            self.spend(cost)  # hashing and comparing walk it again
+            return key
         if id(fn) in self.active or fn.__dict__:  # recursive, or carries attributes
             raise _Unkeyable
         self.active.add(id(fn))
+        before = self.budget
         code, namespace = fn.__code__, fn.__globals__
-        names = _global_names(code)
-        referenced = []
-        for name in sorted(n for n in names if n in namespace):
-            obj = namespace[name]
-            if isinstance(obj, types.ModuleType) and not _from_library(obj):
-                attrs = vars(obj)
-                read = tuple((a, self.value(attrs[a])) for a in sorted(names) if a in attrs)
-                referenced.append((name, _Same(obj), read))
-            else:
-                referenced.append((name, self.value(obj)))
+        if type(namespace) is not dict:
+            raise _Unkeyable
+        referenced = tuple((name, self.value(namespace[name], depth))
+                           for name in sorted(_code_names(code)) if name in namespace)
         try:
-            cells = tuple(self.value(cell.cell_contents) for cell in fn.__closure__ or ())
+            cells = tuple(self.value(cell.cell_contents, depth) for cell in fn.__closure__ or ())
         except ValueError as err:  # a cell not yet filled
             raise _Unkeyable from err
         key = (
             code,
             _Same(namespace),
-            tuple(self.value(v) for v in fn.__defaults__ or ()),
-            tuple(sorted((k, self.value(v)) for k, v in (fn.__kwdefaults__ or {}).items())),
+            tuple(self.value(v, depth) for v in fn.__defaults__ or ()),
+            tuple(sorted((k, self.value(v, depth)) for k, v in (fn.__kwdefaults__ or {}).items())),
             cells,
-            tuple(referenced),
+            referenced,
         )
         self.active.discard(id(fn))
-        self.functions[id(fn)] = key
+        self.functions[id(fn)] = (key, before - self.budget)
         return key
 
 
@@ -190,8 +216,6 @@ def by_code(fn):
     if isinstance(fn, CodeKeyed) or not isinstance(fn, types.FunctionType):
         return fn
     try:
-        key = _KeyBuilder().function(fn)
-        hash(key)
-    except (_Unkeyable, TypeError, RecursionError):
+        return CodeKeyed(fn, _KeyBuilder().function(fn))
+    except Exception:  # noqa: BLE001 - anything unusual: leave the function as it is
         return fn
-    return CodeKeyed(fn, key)

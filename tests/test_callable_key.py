@@ -89,19 +89,40 @@ def test_mutable_state_read_by_a_new_lambda_is_seen_by_simulate_fit_and_sweep():
     assert not np.array_equal(final(), x)
 
 
-def test_user_module_attributes_read_by_the_code_are_part_of_the_key():
+def test_hidden_reads_user_modules_and_imports_are_left_unwrapped():
+    """Reads the key cannot follow (a user module's attributes, getattr by name, an import inside
+    the function) leave the function unwrapped, so it always sees the current values."""
     config = types.ModuleType("user_config")
     config.K = 2.0
     sys.modules["user_config"] = config
     namespace = {"config": config}
-    exec("def make():\n    return lambda y: config.K * y\n", namespace)
+    exec("def via_module():\n    return lambda y: config.K * y\n"
+         "def via_getattr():\n    return lambda y: getattr(config, 'K') * y\n"
+         "def via_import():\n    def f(y):\n        import user_config\n        return user_config.K * y\n"
+         "    return f\n", namespace)
     try:
-        before = by_code(namespace["make"]())
-        assert isinstance(before, type(by_code(component(0)))) and before == by_code(namespace["make"]())
-        config.K = 3.0
-        assert by_code(namespace["make"]()) != before
+        for make in ("via_module", "via_getattr", "via_import"):
+            fn = namespace[make]()
+            assert by_code(fn) is fn, make
     finally:
         del sys.modules["user_config"]
+
+
+def test_a_user_decorator_copying_a_library_name_is_not_taken_for_library_code():
+    """`functools.wraps(jnp.tanh)` copies `__module__ = 'jax.numpy'` (and sets attributes): the
+    wrapper is user code whose closure may change, so it and a lambda calling it stay unwrapped."""
+    cfg = {"gain": 1.0}
+
+    def with_gain(f):
+        @functools.wraps(f)
+        def wrapper(x):
+            return cfg["gain"] * f(x)
+        return wrapper
+
+    gained = with_gain(jnp.tanh)
+    assert by_code(gained) is gained
+    caller = (lambda g: (lambda y: g(y)))(gained)
+    assert by_code(caller) is caller
 
 
 def test_deep_or_wide_helpers_are_cheap_to_key_or_left_unwrapped():
