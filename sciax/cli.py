@@ -56,6 +56,7 @@ def _run(args) -> int:
             enable_compilation_cache()
         except ValueError as e:  # e.g. a read-only home: run without the cache
             print(f"sciax run: warning: {e}; running without the compilation cache.", file=sys.stderr)
+    scenario = None
     try:
         scenario = load_scenario(args.scenario, n_steps=args.n_steps)
         result = run(scenario, args.out, resume=args.resume, progress=not args.quiet)
@@ -66,6 +67,9 @@ def _run(args) -> int:
         print(f"sciax run: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        if scenario is None:  # still reading the scenario: nothing was written
+            print("sciax run: interrupted before the run started.", file=sys.stderr)
+            return 130
         out = args.out or scenario.output_dir
         print(f"sciax run: interrupted; the outputs so far and a checkpoint are in {out}/; "
               "continue with --resume.", file=sys.stderr)

@@ -133,6 +133,11 @@ class _Layout:
     def chunk_file(self, first_frame: int) -> Path:
         return self.chunks / f"{_CHUNK_PREFIX}{first_frame:010d}.npz"
 
+    def stale_temporaries(self) -> list[Path]:
+        """Temporary files of atomic writes (`.NAME.*.tmp`) left by a process that was killed."""
+        folders = [self.root, self.chunks] if self.chunks.is_dir() else [self.root]
+        return [p for d in folders for p in d.glob(".*.tmp")]
+
     def chunk_files(self) -> list[Path]:
         if not self.chunks.is_dir():
             return []
@@ -226,7 +231,7 @@ class _Driver:
         lay = self.layout
         lay.root.mkdir(parents=True, exist_ok=True)
         for p in [lay.checkpoint, lay.trajectory, lay.summary, lay.plot, lay.observables_csv,
-                  lay.states_csv, *lay.chunk_files()]:
+                  lay.states_csv, *lay.chunk_files(), *lay.stale_temporaries()]:
             p.unlink(missing_ok=True)
         self._copy_scenario()
         self.csv_sizes = {}
@@ -263,6 +268,13 @@ class _Driver:
                 f"refusing to resume: the scenario {self.sc.source} differs from the one the checkpoint in "
                 f"{lay.root} was written for ({'; '.join(changes) or 'contents differ'}). Restore the scenario, "
                 "or run without --resume to start over (this replaces the outputs).")
+        recorded = meta.get("outputs")
+        if recorded is not None and recorded != self._output_settings():
+            changes = _diff(recorded, self._output_settings(), "[output] ")
+            raise ResumeError(
+                f"refusing to resume: the output settings differ from the ones the run in {lay.root} was "
+                f"started with ({'; '.join(changes)}), so its files would be incomplete. Restore them, or "
+                "run without --resume to start over (this replaces the outputs).")
         if meta["steps_done"] > self.sc.run.n_steps:
             raise ResumeError(
                 f"cannot resume: the checkpoint in {lay.root} is at step {meta['steps_done']}, beyond "
@@ -280,6 +292,8 @@ class _Driver:
         if missing:
             raise ResumeError(f"cannot resume: chunk files {missing[:3]} listed in {lay.checkpoint} are missing "
                               "(were chunks/ deleted?). Run without --resume to start over.")
+        for p in lay.stale_temporaries():
+            p.unlink(missing_ok=True)
         self.state = state
         self.steps_done = meta["steps_done"]
         self.chunk_names = list(meta["chunk_files"])
@@ -289,8 +303,30 @@ class _Driver:
         self._copy_scenario()
         self.report.message(f"{self.sc.name}: resuming from step {self.steps_done} of {self.sc.run.n_steps}.")
 
+    def _output_settings(self) -> dict:
+        """What decides which files a run writes: a resume must keep them (JSON-comparable)."""
+        return {"states_csv": self.write_states_csv, "plot": bool(self.sc.output.plot)}
+
+    def _rewind_to_checkpoint(self):
+        """After an interruption: forget frames written after the last checkpoint (chunk files,
+        CSV rows), so the packaged outputs are exactly what the checkpoint covers."""
+        lay = self.layout
+        try:
+            state, meta = sio.load_checkpoint(lay.checkpoint, like=self.b.state0)
+        except (OSError, ValueError):
+            return
+        self.state, self.steps_done = state, meta["steps_done"]
+        self.chunk_names = list(meta["chunk_files"])
+        self.csv_sizes = dict(meta["csv_sizes"])
+        for name, size in self.csv_sizes.items():
+            try:
+                sio.truncate_file(lay.root / name, size)
+            except (OSError, ValueError):
+                pass  # --resume reports it
+
     def _checkpoint(self):
         meta = {"format": CHECKPOINT_FORMAT, "scenario_hash": self.sc.hash(), "physics": self.sc.physics(),
+                "outputs": self._output_settings(),
                 "steps_done": self.steps_done, "chunk_files": self.chunk_names, "csv_sizes": self.csv_sizes,
                 "elapsed_s": self.prior_elapsed + (time.monotonic() - self.start_wall),
                 "sciax_version": __version__}
@@ -309,11 +345,12 @@ class _Driver:
                 chunks_run += 1
                 self.report.update(self.steps_done, self.session_steps, self.compute_s,
                                    final=self.steps_done == total)
+            return self._finalize("completed")
         except KeyboardInterrupt:  # Ctrl-C: package what the last checkpoint covers, then re-raise
             self.report.message("")
-            self._finalize("interrupted")
+            self._rewind_to_checkpoint()
+            self._finalize("completed" if self.steps_done == total else "interrupted")
             raise
-        return self._finalize("completed")
 
     def _run_chunk(self, n_steps: int):
         start = time.monotonic()
@@ -428,7 +465,7 @@ class _Driver:
         wall = time.monotonic() - self.start_wall
         n_frames = 0 if arrays is None else int(arrays["times"].shape[0])
         conserved = {}
-        if arrays is not None:
+        if arrays is not None and not self.b.integrator.stochastic:  # a thermostat does not conserve
             for name in self.b.conserved:
                 conserved[name] = sio.drift_summary(arrays[f"observables.{name}"])
         devices = jax.devices()
@@ -474,6 +511,6 @@ def _diff(old: dict, new: dict, prefix: str = "") -> list[str]:
         a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
         if isinstance(a, dict) and isinstance(b, dict):
             out += _diff(a, b, path + ".")
-        elif a != b:
+        elif a != b or type(a) is not type(b):  # 28 vs 28.0 hash differently: name it
             out.append(f"{path}: {json.dumps(a)} -> {json.dumps(b)}")
     return out

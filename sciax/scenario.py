@@ -401,10 +401,40 @@ class Scenario:
         except StateMismatchError as e:
             raise self._error("[initial_state]", f"the state does not fit {self.system_name}: {e}") from None
 
-        observables, conserved = self._observables(system, state0, dtype)
         key = jr.key(self.run.seed) if integrator.stochastic else None
+        self._check_one_step(system, state0, integrator, key, dtype)
+        observables, conserved = self._observables(system, state0, dtype)
         return Built(system=system, state0=state0, integrator=integrator, dtype=dtype, key=key,
                      observables=observables, conserved=conserved)
+
+    def _check_one_step(self, system, state0, integrator, key, dtype):
+        """Trace one step (no compute): parameters of the wrong shape must fail here, with the
+        scenario's keys named, not as a traceback from inside the jitted run."""
+        import jax
+        import jax.numpy as jnp
+
+        t0, dt = jnp.asarray(self.run.t0, dtype), jnp.asarray(self.run.dt, dtype)
+
+        def one_step():
+            carry = integrator.init(system, t0, state0, None)
+            return integrator.state(integrator.step(system, t0, carry, dt, key, None))
+
+        try:
+            after = jax.eval_shape(one_step)
+            same = jax.tree_util.tree_structure(after) == jax.tree_util.tree_structure(state0) and all(
+                a.shape == jnp.shape(b) and a.dtype == jnp.result_type(b)
+                for a, b in zip(jax.tree_util.tree_leaves(after), jax.tree_util.tree_leaves(state0)))
+            problem = None if same else (
+                f"one step turns the state {_shapes(state0)} into {_shapes(after)}")
+        except Exception as e:  # noqa: BLE001 - any failure of the user's combination is reported
+            first_line = str(e).splitlines()[0].rstrip(".") if str(e) else ""
+            problem = f"one step fails: {type(e).__name__}: {first_line}"
+        if problem is not None:
+            raise self._error(
+                "[system] params",
+                f"{self.system_name}({_kwargs_text(self.system_params)}) with this [initial_state] and "
+                f"{self.integrator_name} do not fit together: {problem}. Check the shapes of the "
+                "parameters (scalars where the system expects scalars) and of the initial state.")
 
     def _construct(self, cls, params: dict, where: str, dtype):
         import jax.numpy as jnp
@@ -498,6 +528,13 @@ class HamiltonianObservable:
         if self.name == "potential_energy":
             return system.potential_energy(state.positions)
         return getattr(system, self.name)(state)
+
+
+def _shapes(tree) -> str:
+    import jax
+
+    leaves = jax.tree_util.tree_leaves(tree)
+    return ", ".join(f"{getattr(x, 'dtype', type(x).__name__)}{list(getattr(x, 'shape', ()))}" for x in leaves)
 
 
 def _kwargs_text(kwargs: dict) -> str:

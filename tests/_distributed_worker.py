@@ -44,10 +44,25 @@ def case(gather=True):
     )
 
 
+def one_member():
+    """A sweep with fewer members than processes: process 1 has none of its own and must still
+    take part in the gathers (one all-padding chunk) instead of failing or hanging."""
+    import jax.numpy as jnp
+
+    from sciax.integrators import RK4
+    from sciax.systems import Lorenz
+
+    return sciax.sweep(
+        Lorenz(), jnp.array([1.0, 0.0, 0.0]), axes={"rho": jnp.array([28.0])},
+        simulate_kwargs=dict(integrator=RK4(), dt=0.01, n_steps=100, save_every=100),
+        output=lambda traj: traj.final_state, reduce="mean", keep=True,
+    )
+
+
 def main(path):
     started = initialize_distributed(initialization_timeout=60)
     assert started, "SCIAX_* environment variables were not set"
-    result, local = case(), case(gather=False)
+    result, local, single = case(), case(gather=False), one_member()
     np.savez(
         path,
         process_index=jax.process_index(),
@@ -63,6 +78,9 @@ def main(path):
         local_indices=local.member_indices,
         n_failures=len(result.failures),
         failure_index=[f["index"] for f in result.failures],
+        one_outputs=single.outputs,
+        one_mean=single.reductions["mean"],
+        one_process_members=single.info["process_members"],
     )
     jax.distributed.shutdown()
 

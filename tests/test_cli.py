@@ -111,3 +111,14 @@ def test_run_keeps_compiled_programs_in_the_cache_directory_unless_told_not_to(t
     assert main(["run", str(LORENZ), "--out", str(tmp_path / "b"), "--n-steps", "400", "--quiet"]) == 0
     assert jax.config.jax_compilation_cache_dir == str(tmp_path / "cache")
     assert (tmp_path / "cache").is_dir()
+
+
+def test_ctrl_c_while_reading_the_scenario_exits_130(tmp_path, monkeypatch, capsys):
+    import sciax.scenario
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sciax.scenario, "load_scenario", interrupted)
+    assert main(["run", str(LORENZ), "--no-compilation-cache"]) == 130
+    assert "interrupted before the run started" in capsys.readouterr().err

@@ -63,6 +63,7 @@ def test_two_processes_equal_one(tmp_path):
     finally:
         sys.path.remove(str(HERE))
     single = worker.case()  # this process: 4 local devices, one process
+    one = worker.one_member()
     outs = launch(2, tmp_path, local_devices=2)
     shares = []
     for p, out in enumerate(outs):
@@ -78,6 +79,10 @@ def test_two_processes_equal_one(tmp_path):
         local = out["local_outputs"]
         np.testing.assert_array_equal(local, single.outputs.reshape(15, -1)[out["local_indices"]])
         shares.append(out["local_indices"])
+        # One member, two processes: process 1 computes nothing but still gets the result.
+        np.testing.assert_array_equal(out["one_outputs"], one.outputs)
+        np.testing.assert_array_equal(out["one_mean"], one.reductions["mean"])
+        assert out["one_process_members"].tolist() == ([0, 1] if p == 0 else [1, 1])
     assert np.array_equal(np.sort(np.concatenate(shares)), np.arange(15))  # no member twice, none missing
     assert [len(s) for s in shares] == [8, 7]
 

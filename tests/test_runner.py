@@ -240,3 +240,105 @@ def test_progress_line(tmp_path, capsys):
     assert "lorenz_test: 400/400 steps (100.0%)" in err and "steps/s" in err and "ETA" in err
     run(scenario(LORENZ), tmp_path, progress=False)
     assert capsys.readouterr().err == ""
+
+
+# ------------------------------------------------------------- interruptions and changed outputs
+def _interrupt_on_call(monkeypatch, name, call):
+    """Make `_Driver.<name>` raise KeyboardInterrupt (Ctrl-C) on its `call`-th call."""
+    from sciax import runner
+
+    original, calls = getattr(runner._Driver, name), []
+
+    def patched(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == call:
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(runner._Driver, name, patched)
+
+
+def test_ctrl_c_between_a_chunk_and_its_checkpoint_packages_only_what_the_checkpoint_covers(
+        tmp_path, monkeypatch):
+    s = scenario(LANGEVIN)
+    full = run(s, tmp_path / "full", progress=False)
+    # Checkpoint 1 is the fresh run's; checkpoint 3 would cover chunk 2: Ctrl-C after chunk 2's
+    # frames (chunk file, CSV rows) were written but before its checkpoint.
+    _interrupt_on_call(monkeypatch, "_checkpoint", 3)
+    with pytest.raises(KeyboardInterrupt):
+        run(s, tmp_path / "part", progress=False)
+    part = tmp_path / "part"
+    summary = json.loads((part / "summary.json").read_text())
+    per_chunk = s.run.chunk_steps // s.run.save_every
+    assert summary["status"] == "interrupted" and summary["steps_done"] == s.run.chunk_steps
+    assert summary["n_frames"] == per_chunk + 1  # frames of chunk 1 only, as the checkpoint says
+    traj = load_npz(part / "trajectory.npz")
+    assert traj["times"].shape == (per_chunk + 1,)
+    assert len((part / "observables.csv").read_text().splitlines()) == 1 + per_chunk + 1
+    monkeypatch.undo()
+    resumed = run(s, part, resume=True, progress=False)
+    a, b = load_npz(full.out_dir / "trajectory.npz"), load_npz(resumed.out_dir / "trajectory.npz")
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    assert (full.out_dir / "observables.csv").read_bytes() == (part / "observables.csv").read_bytes()
+
+
+def test_ctrl_c_while_packaging_a_finished_run_still_writes_the_summary(tmp_path, monkeypatch):
+    s = scenario(LORENZ)
+    _interrupt_on_call(monkeypatch, "_summary", 1)
+    with pytest.raises(KeyboardInterrupt):
+        run(s, tmp_path, progress=False)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps_done"] == s.run.n_steps
+    assert_same(load_trajectory(tmp_path / "trajectory.npz"), direct(s))
+
+
+def test_resume_refuses_changed_output_settings(tmp_path):
+    run(scenario(LORENZ), tmp_path, progress=False, max_chunks=1)
+    rows = (tmp_path / "states.csv").read_text()
+    changed = scenario(LORENZ.replace("plot = false", "plot = false\nstates_csv = false"))
+    with pytest.raises(ResumeError, match=r"output settings differ .*\[output\] states_csv: true -> false"):
+        run(changed, tmp_path, resume=True, progress=False)
+    assert (tmp_path / "states.csv").read_text() == rows  # untouched
+    assert run(scenario(LORENZ), tmp_path, resume=True, progress=False).status == "completed"
+
+
+def test_resume_names_an_int_that_became_a_float(tmp_path):
+    run(scenario(LORENZ.replace("rho = 28.0", "rho = 28")), tmp_path, progress=False, max_chunks=1)
+    with pytest.raises(ResumeError, match=r"system.params.rho: 28 -> 28.0"):
+        run(scenario(LORENZ), tmp_path, resume=True, progress=False)
+
+
+def test_truncated_checkpoint_is_a_resume_error(tmp_path):
+    run(scenario(LORENZ), tmp_path, progress=False, max_chunks=1)
+    ck = tmp_path / "checkpoint.npz"
+    ck.write_bytes(ck.read_bytes()[:300])
+    with pytest.raises(ResumeError, match="not a readable sciax checkpoint"):
+        run(scenario(LORENZ), tmp_path, resume=True, progress=False)
+
+
+def test_stale_temporary_files_of_a_killed_run_are_removed(tmp_path):
+    run(scenario(LORENZ), tmp_path, progress=False, max_chunks=1)
+    stale = [tmp_path / ".plot.png.x1y2.tmp", tmp_path / "chunks" / ".frames_0000000010.npz.ab.tmp"]
+    for p in stale:
+        p.write_bytes(b"half")
+    run(scenario(LORENZ), tmp_path, resume=True, progress=False)
+    assert not any(p.exists() for p in stale)
+    stale[0].write_bytes(b"half")
+    run(scenario(LORENZ), tmp_path, progress=False)  # a fresh run as well
+    assert not stale[0].exists()
+
+
+def test_thermostatted_run_reports_no_energy_drift(tmp_path):
+    summary = run(scenario(LANGEVIN), tmp_path, progress=False).summary
+    assert summary["conserved"] == {}  # energy fluctuates under a thermostat: no "drift"
+
+
+def test_parameter_of_the_wrong_shape_is_a_scenario_error_before_anything_is_written(tmp_path):
+    from sciax.scenario import ScenarioError
+
+    bad = scenario(LORENZ.replace("rho = 28.0", "rho = [28.0, 1.0]"))
+    with pytest.raises(ScenarioError, match=r"\[system\] params: Lorenz\(rho=\[28.0, 1.0\]\) with this "
+                                            r"\[initial_state\] and RK4 do not fit together: one step fails"):
+        run(bad, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()

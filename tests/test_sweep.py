@@ -76,6 +76,21 @@ def test_zip_mode_varies_axes_together():
     assert res.sel(rho=20.0).axes == {"rho": 20.0, "state0[0]": 0.5}
 
 
+def test_python_number_fields_are_sweepable():
+    class Decay(sciax.systems.AbstractODE):
+        k: float = 1.0  # a plain Python float, not an array
+
+        def vector_field(self, t, y, args=None):
+            return -self.k * y
+
+    kw = dict(integrator=si.RK4(), dt=0.01, n_steps=100, save_every=100)
+    res = sciax.sweep(Decay(), jnp.ones(1), axes={"k": np.array([0.5, 2.0])}, simulate_kwargs=kw, output=final)
+    for i, k in enumerate([0.5, 2.0]):
+        np.testing.assert_allclose(res.outputs[i], sciax.simulate(Decay(k=k), jnp.ones(1), **kw).final_state,
+                                   rtol=1e-14)
+    np.testing.assert_allclose(res.outputs[:, 0], np.exp(-np.array([0.5, 2.0])), rtol=1e-8)  # RK4 error
+
+
 def test_whole_state_particle_state_and_where_axes():
     osc = HarmonicOscillator(stiffness=1.0, masses=1.0)
     state = PhaseSpace(jnp.array([1.0, 0.0]), jnp.array([0.0, 0.5]))
@@ -201,6 +216,65 @@ def test_failing_members_reported_with_coordinates_others_complete():
     assert "failed members: 5" in repr(res)
 
 
+def test_failed_members_leave_every_reduction_finite():
+    """A failed member's NaN output must not reach a reduction, also not a user's Streaming
+    one through 0 · NaN (its weight is 0)."""
+    sigma = jnp.array([10.0, 1e4, 12.0])  # the middle one blows up
+    second_moment = Streaming(partial=lambda v, w: (jnp.sum(w), jnp.sum(w[:, None] * v**2, axis=0)),
+                              merge=lambda a, b: (a[0] + b[0], a[1] + b[1]), finalize=lambda s: s[1] / s[0])
+    res = sciax.sweep(Lorenz(), Y0, axes={"sigma": sigma, "rho": RHO[:2]}, simulate_kwargs=KW, output=final,
+                      reduce={"m2": second_moment, "q": Quantile(0.5), "var": "var"}, reduce_over="sigma",
+                      keep=True)
+    good = res.outputs[[0, 2]]  # (2 sigmas, 2 rhos, 3)
+    assert not res.ok[1].any() and res.ok[[0, 2]].all()
+    np.testing.assert_allclose(res.reductions["m2"], (good**2).mean(0), rtol=1e-12)
+    np.testing.assert_allclose(res.reductions["q"], np.median(good, axis=0), rtol=1e-12)
+    np.testing.assert_allclose(res.reductions["var"], good.var(0), rtol=1e-12)
+
+
+def test_nan_output_of_a_member_that_did_not_fail_propagates_like_numpy():
+    """check_finite looks at the trajectory, not at `output`: a NaN the output function makes
+    for a finite member is data, and every reduction propagates it (as NumPy would)."""
+    res = sciax.sweep(Lorenz(), Y0, axes={"rho": jnp.array([1.0, 2.0, 3.0])}, run=lambda s, y, k: s.rho * y[0],
+                      output=lambda r: jnp.where(r > 2.5, jnp.nan, r),  # NaN for rho = 3 only
+                      reduce={"mean": "mean", "q": Quantile(0.5), "max": "max", "min": "min"})
+    assert res.failures == [] and res.info["devices"] == 4  # the Min/Max all-reduce across devices
+
+    for name in ("mean", "q", "max", "min"):
+        assert np.isnan(res.reductions[name]), name
+
+
+def test_variance_of_complex_outputs_is_real_like_numpy():
+    phases = jnp.arange(4.0)
+    res = sciax.sweep(Lorenz(), Y0, axes={"rho": phases}, run=lambda s, y, k: jnp.exp(1j * s.rho),
+                      reduce={"var": "var", "std": "std", "mean": "mean"}, batch_size=8)
+    z = np.exp(1j * np.arange(4.0))
+    np.testing.assert_allclose(res.reductions["var"], np.var(z), rtol=1e-12)
+    assert not np.iscomplexobj(res.reductions["var"])
+    np.testing.assert_allclose(res.reductions["std"], np.std(z), rtol=1e-12)
+    np.testing.assert_allclose(res.reductions["mean"], np.mean(z), rtol=1e-12)
+
+
+def test_sel_matches_relatively_and_isel_keeps_the_failures_of_the_selected_members():
+    tiny = jnp.array([1e-14, 1e-13, 1e-12])
+    res = sciax.sweep(Lorenz(), Y0, axes={"rho": tiny}, run=lambda s, y, k: s.rho * jnp.ones(1))
+    for i, value in enumerate([1e-14, 1e-13, 1e-12]):
+        assert res.sel(rho=value).outputs[0] == tiny[i]
+    with pytest.raises(ValueError, match="no member with rho"):
+        res.sel(rho=0.0)
+    # Failures are selected by position, not by coordinate value (duplicates, NaN coordinates).
+    grid = sciax.sweep(Lorenz(), Y0, axes={"state0[0]": jnp.array([1.0, jnp.nan]), "rho": jnp.array([5.0, 5.0])},
+                       run=identity)
+    assert [f["index"] for f in grid.failures] == [2, 3]
+    assert [f["index"] for f in grid.isel(rho=0).failures] == [2]
+    assert grid.isel(**{"state0[0]": 0}).failures == []
+    assert [f["index"] for f in grid.isel(rho=1).isel(**{"state0[0]": -1}).failures] == [3]
+    zipped = sciax.sweep(Lorenz(), Y0, axes={"state0[0]": jnp.array([1.0, jnp.nan]), "rho": jnp.array([1.0, 2.0])},
+                         mode="zip", run=identity)
+    assert [f["index"] for f in zipped.isel(member=-1).failures] == [1]
+    assert zipped.isel(member=0).failures == []
+
+
 # The default run keeps the cost-ordered variant, which covers failure reporting too.
 @pytest.mark.parametrize("order", [pytest.param(None, marks=pytest.mark.slow), "cost"])
 def test_adaptive_solve_failures_and_cost_order(order):
@@ -242,9 +316,9 @@ class TestBadInput:
                                              r"needs about \d+ bytes"):
             lorenz_grid(memory_budget=100)
 
-    @pytest.mark.parametrize("budget", [0, -1.0, True])
+    @pytest.mark.parametrize("budget", [0, -1.0, True, float("inf"), float("nan")])
     def test_memory_budget_not_positive(self, budget):
-        with pytest.raises(ValueError, match="`memory_budget` must be a positive number of bytes"):
+        with pytest.raises(ValueError, match="`memory_budget` must be a positive, finite number of bytes"):
             lorenz_grid(memory_budget=budget)
 
     def test_values_of_the_wrong_shape(self):
@@ -259,6 +333,21 @@ class TestBadInput:
     def test_unreadable_axis_name(self):
         with pytest.raises(ValueError, match=r"cannot read axis name 'rho\]'"):
             sciax.sweep(Lorenz(), Y0, axes={"rho]": RHO}, simulate_kwargs=KW)
+
+    @pytest.mark.parametrize("seeds", [[0, 2**32], [-1, 3]])
+    def test_seeds_outside_32_bits(self, seeds):
+        # fold_in takes 32 bits: 2**32 would share the noise of seed 0.
+        with pytest.raises(ValueError, match=r"axis 'seed' values must be in \[0, 2\*\*32 - 1\]"):
+            sciax.sweep(Lorenz(), Y0, axes={"seed": np.array(seeds)}, run=identity)
+
+    def test_non_integer_values_for_an_integer_field(self):
+        with pytest.raises(ValueError, match=r"axis 'rho': its target holds int\d+ values, and 24.5 cannot be "
+                                             r"represented .* \(e.g. rho=28.0, not 28\)"):
+            sciax.sweep(Lorenz(rho=28), Y0, axes={"rho": np.array([24.0, 24.5])}, run=identity)
+        # integral values are exact: allowed
+        res = sciax.sweep(Lorenz(rho=28), Y0, axes={"rho": np.array([24.0, 25.0])},
+                          run=lambda s, y, k: s.rho * jnp.ones(()))
+        np.testing.assert_array_equal(res.outputs, [24, 25])
 
     def test_seed_must_be_integers(self):
         with pytest.raises(ValueError, match="axis 'seed' must be a 1-D array of integers"):

@@ -103,7 +103,8 @@ def sweepable_fields(system) -> list[str]:
         if field.metadata.get("static", False):
             continue
         value = getattr(system, field.name, None)
-        if isinstance(value, jax.Array | np.ndarray | eqx.Module):
+        is_number = isinstance(value, int | float | np.number) and not isinstance(value, bool | np.bool_)
+        if isinstance(value, jax.Array | np.ndarray | eqx.Module) or is_number:
             names.append(field.name)
     return names
 
@@ -128,6 +129,9 @@ def _walk(obj, attrs, name, what):
             valid = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
             raise ValueError(f"sweep: axis {name!r}: {what} has no field `{attr}`; valid fields: {valid}.")
     return obj
+
+
+_MAX_SEED = 2**32 - 1
 
 
 def resolve_axes(axes, system, state0) -> list[ResolvedAxis]:
@@ -159,6 +163,10 @@ def _resolve(name, spec, system, state0) -> ResolvedAxis:
     if name == SEED:
         if not np.issubdtype(coords.dtype, np.integer) or coords.ndim != 1:
             raise ValueError(f"sweep: axis 'seed' must be a 1-D array of integers, got {describe(coords)}.")
+        if np.any(coords < 0) or np.any(coords > _MAX_SEED):
+            bad = coords[(coords < 0) | (coords > _MAX_SEED)][0]
+            raise ValueError(f"sweep: axis 'seed' values must be in [0, 2**32 - 1] (a random key folds in "
+                             f"32 bits; larger or negative seeds would share noise), got {bad}.")
         return ResolvedAxis(AxisSpec(name, "seed"), coords, coords.astype(np.uint32))
     path = _path_of(name)
     if path is None:
@@ -200,6 +208,14 @@ def _axis(name, coords, target, kind, **where) -> ResolvedAxis:
     if jnp.issubdtype(dtype, jnp.floating) and not np.issubdtype(coords.dtype, np.number):
         raise ValueError(f"sweep: axis {name!r}: values must be numbers, got dtype {coords.dtype}.")
     values = np.asarray(coords, dtype=dtype)
+    if not jnp.issubdtype(dtype, jnp.inexact) and not np.array_equal(values, coords):
+        # e.g. Lorenz(rho=28) holds an integer: 24.5 would silently run as 24.
+        lost = coords[values != coords].flat[0]
+        raise ValueError(
+            f"sweep: axis {name!r}: its target holds {dtype} values, and {lost} cannot be represented "
+            f"as {dtype}. If the parameter is meant to be real, give the system a float value "
+            f"(e.g. {name.split('[')[0].split('.')[-1]}=28.0, not 28)."
+        )
     return ResolvedAxis(AxisSpec(name, kind, **where), coords, values)
 
 

@@ -44,6 +44,11 @@ def _bcast(mask, x):
     return mask.reshape(mask.shape + (1,) * (x.ndim - 1))
 
 
+def _abs2(x):
+    """|x|² (real for complex x)."""
+    return (x * jnp.conj(x)).real if jnp.issubdtype(x.dtype, jnp.complexfloating) else x * x
+
+
 def _segment_sum(x, groups, n_groups):
     if n_groups == 1:
         return jnp.sum(x, axis=0, keepdims=True)
@@ -120,17 +125,18 @@ class _Moments(_Leafwise):
         total = _segment_sum(jnp.where(m, x, zero), groups, n_groups)
         mean = total / _bcast(jnp.maximum(n, 1), total).astype(x.dtype)
         dev = jnp.where(m, x - mean[groups], zero)
-        return n, mean, _segment_sum(dev * dev, groups, n_groups)
+        return n, mean, _segment_sum(_abs2(dev), groups, n_groups)
 
     def merge(self, a, b):
         na, ma, m2a = a
         nb, mb, m2b = b
         n = na + nb
-        safe = _bcast(jnp.maximum(n, 1), ma).astype(ma.dtype)
-        fa, fb = _bcast(na, ma).astype(ma.dtype), _bcast(nb, ma).astype(ma.dtype)
+        real = m2a.dtype  # M2 = Σ|x − mean|² is real, also for complex outputs
+        safe = _bcast(jnp.maximum(n, 1), ma).astype(real)
+        fa, fb = _bcast(na, ma).astype(real), _bcast(nb, ma).astype(real)
         delta = mb - ma
         mean = ma + delta * (fb / safe)
-        m2 = m2a + m2b + delta * delta * (fa * fb / safe)
+        m2 = m2a + m2b + _abs2(delta) * (fa * fb / safe)
         return n, mean, m2
 
 
@@ -145,7 +151,8 @@ class Mean(_Moments):
 
 @dataclasses.dataclass(frozen=True)
 class Variance(_Moments):
-    """Variance over members, M2 / (n − ddof) (`ddof=0`: population variance; 1: sample)."""
+    """Variance over members, M2 / (n − ddof) (`ddof=0`: population variance; 1: sample),
+    with M2 = Σ|x − mean|² (real for complex outputs, as `numpy.var`)."""
 
     def finalize(self, state):
         n, _, m2 = state
@@ -171,34 +178,39 @@ class _Extremum(_Leafwise):
         return jnp.asarray(info.max if self.take_min else info.min, dtype)
 
     def partial(self, x, mask, groups, n_groups):
-        x = jnp.where(_bcast(mask, x), x, self._identity(x.dtype))
+        m = _bcast(mask, x)
+        # NaN is counted apart: a min/max all-reduce across devices (XLA:CPU) drops NaN, a sum does not.
+        nans = _segment_sum((m & jnp.isnan(x)).astype(_count_dtype()), groups, n_groups)
+        x = jnp.where(m, x, self._identity(x.dtype))
         if n_groups == 1:
             value = (jnp.min if self.take_min else jnp.max)(x, axis=0, keepdims=True)
         else:
             seg = jax.ops.segment_min if self.take_min else jax.ops.segment_max
             value = seg(x, groups, num_segments=n_groups)
-        return _segment_sum(mask.astype(_count_dtype()), groups, n_groups), value
+        return _segment_sum(mask.astype(_count_dtype()), groups, n_groups), value, nans
 
     def merge(self, a, b):
-        return a[0] + b[0], (jnp.minimum if self.take_min else jnp.maximum)(a[1], b[1])
+        return a[0] + b[0], (jnp.minimum if self.take_min else jnp.maximum)(a[1], b[1]), a[2] + b[2]
 
     def finalize(self, state):
-        n, value = state
+        n, value, nans = state
         if jnp.issubdtype(value.dtype, jnp.inexact):
-            return jnp.where(_bcast(n > 0, value), value, jnp.nan)
+            return jnp.where((_bcast(n, value) > 0) & (nans == 0), value, jnp.nan)
         return value
 
 
 @dataclasses.dataclass(frozen=True)
 class Min(_Extremum):
-    """Minimum over members (NaN for a group with no finite member)."""
+    """Minimum over members (NaN for a group with no finite member). Integer outputs keep their
+    dtype, so such a group holds the dtype's largest value: check `Count` for empty groups."""
 
     take_min = True
 
 
 @dataclasses.dataclass(frozen=True)
 class Max(_Extremum):
-    """Maximum over members (NaN for a group with no finite member)."""
+    """Maximum over members (NaN for a group with no finite member). Integer outputs keep their
+    dtype, so such a group holds the dtype's smallest value: check `Count` for empty groups."""
 
     take_min = False
 
@@ -211,7 +223,9 @@ class Streaming(Reduction):
 
     - `partial`: `partial(values, weights) -> state` for one chunk: `values` is the output
       pytree with a leading `(B,)` member axis, `weights` a `(B,)` array of 0/1 (0 for padding,
-      failed members and members of other groups). Must be jittable.
+      failed members and members of other groups). The numeric values of members with weight
+      0 are replaced by zeros, so a failed member's NaN cannot leak through 0 · NaN. Must be
+      jittable.
     - `merge`: `merge(a, b) -> state`, associative (chunks arrive in any grouping).
     - `finalize`: `finalize(state) -> result` (default: the state itself).
 
@@ -253,16 +267,24 @@ class Quantile(Reduction):
             if not np.issubdtype(x.dtype, np.number):
                 return None
             x = np.asarray(x, dtype=np.result_type(x.dtype, np.float32))
+            x_valid = x
             if ignore_invalid:
                 x = np.where(valid.reshape(valid.shape + (1,) * (x.ndim - valid.ndim)), x, np.nan)
             kept = [a for a in range(valid.ndim) if a not in reduce_axes]
-            x = np.moveaxis(x, list(reduce_axes), list(range(len(reduce_axes))))
-            x = x.reshape((-1,) + x.shape[len(reduce_axes):])
+
+            def members_first(a):
+                a = np.moveaxis(a, list(reduce_axes), list(range(len(reduce_axes))))
+                return a.reshape((-1,) + a.shape[len(reduce_axes):])
+
+            x, x_valid = members_first(x), members_first(
+                np.where(valid.reshape(valid.shape + (1,) * (x_valid.ndim - valid.ndim)), x_valid, 0))
             q = np.asarray(self.q)
             fn = np.nanquantile if ignore_invalid else np.quantile
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN group -> NaN
                 r = fn(x, q, axis=0, method=self.method)
+            if ignore_invalid:  # a NaN output of a member that did not fail propagates, as in Mean
+                r = np.where(np.any(np.isnan(x_valid), axis=0), np.nan, r)
             # r: (*q.shape, kept..., leaf...) -> (kept..., *q.shape, leaf...)
             return np.moveaxis(r, list(range(q.ndim)), list(range(len(kept), len(kept) + q.ndim)))
 
@@ -351,7 +373,14 @@ def tree_partial(red: Reduction, outs, mask, groups, n_groups):
                             outs)
     # Streaming: one partial per group; the weights select the group's members.
     one_hot = (groups[None, :] == jnp.arange(n_groups)[:, None]) & mask[None, :]
-    return jax.vmap(lambda w: red.partial(outs, w.astype(_weights_dtype(outs))))(one_hot)
+
+    def group(member):
+        values = jtu.tree_map(
+            lambda x: jnp.where(_bcast(member, x), x, jnp.zeros((), x.dtype))
+            if jnp.issubdtype(x.dtype, jnp.number) else x, outs)
+        return red.partial(values, member.astype(_weights_dtype(outs)))
+
+    return jax.vmap(group)(one_hot)
 
 
 def _weights_dtype(outs):

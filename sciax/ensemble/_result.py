@@ -44,6 +44,8 @@ class SweepResult:
     kept_dims: tuple
     info: dict
     member_indices: np.ndarray | None = None
+    origin: tuple | None = None  # (dims, shape) of the whole sweep, for results of isel/sel
+    selected: dict = dataclasses.field(default_factory=dict)  # dim -> position in the whole sweep
 
     # ----------------------------------------------------------------- lookups
     @property
@@ -62,8 +64,8 @@ class SweepResult:
     def sel(self, method: str | None = None, **coords) -> "SweepResult":
         """Select members by coordinate value: `result.sel(rho=24.5, seed=3).outputs`.
 
-        `method=None` asks for an exact match (up to floating-point rounding: `np.isclose`
-        with `rtol=1e-6`); `method="nearest"` takes the closest coordinate. Selected grid dims
+        `method=None` asks for an exact match (up to floating-point rounding: relative
+        difference at most 1e-6; the closest such coordinate); `method="nearest"` takes the closest coordinate. Selected grid dims
         are dropped; in zip mode the value(s) pick one member. Reductions are indexed too
         when only kept dims are selected.
 
@@ -115,14 +117,14 @@ class SweepResult:
             kidx = tuple(indices.get(d, slice(None)) for d in self.kept_dims)
             reductions = {k: jtu.tree_map(lambda x, kidx=kidx: x[kidx], v) for k, v in self.reductions.items()}
             kept = tuple(d for d in self.kept_dims if d not in indices)
-        failures = [f for f in self.failures if all(
-            _same(f[d] if d != MEMBER else f["index"], axes[d] if d != MEMBER else indices[d]) for d in indices
-            if self.mode == "grid" or d == MEMBER)]
+        origin = self.origin or (self.dims, self.shape)
+        selected = {**self.selected, **{d: int(i) % self.shape[self.dims.index(d)] for d, i in indices.items()}}
+        failures = [f for f in self.failures if _is_selected(f["index"], origin, selected)]
         return SweepResult(
             axes=axes, mode=self.mode, dims=tuple(keep),
             shape=tuple(self.shape[self.dims.index(d)] for d in keep), outputs=outputs, ok=ok,
             failures=failures, reductions=reductions, reduced_dims=tuple(d for d in self.reduced_dims if d in keep),
-            kept_dims=kept, info=self.info,
+            kept_dims=kept, info=self.info, origin=origin, selected=selected,
         )
 
     def _check_names(self, coords):
@@ -152,8 +154,11 @@ def _scalar(x):
     return x.item() if x.ndim == 0 else x
 
 
-def _same(a, b) -> bool:
-    return bool(np.all(np.asarray(a) == np.asarray(b)))
+def _is_selected(flat_index, origin, selected) -> bool:
+    """Whether member `flat_index` of the whole sweep lies in the selection `selected`."""
+    dims, shape = origin
+    position = np.unravel_index(flat_index, shape)
+    return all(position[dims.index(d)] == i for d, i in selected.items())
 
 
 def _match(name, coords, value, method, positions) -> np.ndarray:
@@ -166,7 +171,9 @@ def _match(name, coords, value, method, positions) -> np.ndarray:
     if method == "nearest":
         return positions[diff == diff.min()]
     scale = np.abs(value.astype(float)).max() if value.size else 0.0
-    hit = diff <= 1e-6 * max(scale, 1e-300) + 1e-12
+    hit = diff <= 1e-6 * scale  # relative: 1e-13 and 1e-12 are different coordinates; 0 matches 0 only
+    if hit.any():
+        hit &= diff == diff[hit].min()  # the closest of the matches
     if not hit.any():
         nearest = coords[np.argsort(diff)[:3]]
         raise ValueError(

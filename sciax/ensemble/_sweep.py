@@ -298,8 +298,8 @@ def _check_chunking(batch_size, memory_budget):
             raise ValueError(f"sweep: `batch_size` must be a positive number of members per chunk, got {batch_size}.")
     if memory_budget is not None:
         if isinstance(memory_budget, bool) or not isinstance(memory_budget, int | float | np.number) \
-                or not memory_budget > 0:
-            raise ValueError(f"sweep: `memory_budget` must be a positive number of bytes, got {memory_budget!r}.")
+                or not 0 < memory_budget < math.inf:
+            raise ValueError(f"sweep: `memory_budget` must be a positive, finite number of bytes, got {memory_budget!r}.")
 
 
 def _traces_in_shard_map(config, payload, axes) -> bool:
@@ -537,7 +537,9 @@ def _balance(n_local, per_device, n_dev):
     """Members per device per chunk: at most `per_device`, with the chunks as equal as lanes allow."""
     n_chunks = max(1, math.ceil(n_local / (per_device * n_dev)))
     even = math.ceil(n_local / (n_chunks * n_dev))
-    return min(per_device, _round_up(even, LANES if per_device >= LANES else 1))
+    # At least one member per device: a process with no members of its own (more processes
+    # than members) still runs one all-padding chunk and joins the gathers.
+    return max(1, min(per_device, _round_up(even, LANES if per_device >= LANES else 1)))
 
 
 def _round_up(n, k):

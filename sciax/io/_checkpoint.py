@@ -3,6 +3,7 @@ and a JSON metadata record, written atomically so a checkpoint is either the old
 
 import io
 import json
+import zipfile
 
 import equinox as eqx
 import numpy as np
@@ -30,11 +31,11 @@ def load_checkpoint(path, like):
     **Raises:** `ValueError` if the file is not a sciax checkpoint or its state does not match `like`.
     """
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as data:  # closed even if torn
             meta = json.loads(str(data["meta"]))
             raw = data["state"].tobytes()
-    except (KeyError, OSError, ValueError) as e:
-        raise ValueError(f"{path}: not a readable sciax checkpoint ({e}).") from e
+    except (KeyError, OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # e.g. truncated
+        raise ValueError(f"{path}: not a readable sciax checkpoint ({type(e).__name__}: {e}).") from e
     try:
         state = eqx.tree_deserialise_leaves(io.BytesIO(raw), like)
     except Exception as e:  # structure/shape/dtype mismatch inside equinox/numpy
