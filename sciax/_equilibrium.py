@@ -30,8 +30,8 @@ def equilibrium(
     *,
     external_force=None,
     fixed=None,
-    rtol: float = 1e-10,
-    atol: float = 1e-10,
+    rtol: float | None = None,
+    atol: float | None = None,
     max_steps: int = 10_000,
     throw: bool = True,
 ) -> Equilibrium:
@@ -50,9 +50,12 @@ def equilibrium(
     - `fixed`: bool array like the positions; `True` holds that coordinate at its value in
       `positions0` (supports, clamps). The free coordinates must have a unique minimum: a free
       chain or network with nothing fixed can translate and rotate, and its Hessian is singular.
-    - `rtol`, `atol`, `max_steps`: tolerances and iteration limit of the BFGS minimisation; the
-      result is then polished by Newton's method on ∇E = 0 (dense Hessian: meant for systems of
-      up to a few thousand coordinates).
+    - `rtol`, `atol`, `max_steps`: tolerances and iteration limit of the BFGS minimisation
+      (default 1e-10 in float64, 1e-5 in float32); the result is then polished by Newton's
+      method on ∇E = 0 (dense Hessian: meant for systems of up to a few thousand coordinates),
+      which stops when its steps stop contracting at round-off (Optimistix's Kantorovich
+      criterion; a fixed absolute bound on |∇E| cannot be met when stiff springs make the
+      round-off in ∇E ~ k |q| ε larger than it).
     - `throw`: raise if the minimiser does not converge (else check `converged`).
 
     **Returns:** an `Equilibrium`.
@@ -87,6 +90,9 @@ def equilibrium(
         penalty = 0.5 * jnp.sum(jnp.where(held, (y - anchor) ** 2, 0.0))
         return system_.potential_energy(q) - jnp.sum(force_ * q) + penalty
 
+    default_tol = 1e-10 if jnp.finfo(dtype).bits >= 64 else 1e-5
+    rtol = default_tol if rtol is None else rtol
+    atol = default_tol if atol is None else atol
     args = (system, force, positions0)
     # BFGS finds the basin; its stopping rule leaves ~1e-9 relative error in the positions
     # (measured on a loaded spring chain, independent of rtol/atol). Newton's method on the
@@ -96,7 +102,7 @@ def equilibrium(
     start = optx.minimise(total_energy, optx.BFGS(rtol=rtol, atol=atol), jax.lax.stop_gradient(positions0),
                           args=jax.lax.stop_gradient(args), max_steps=max_steps, throw=throw)
     stationary = jax.grad(total_energy)
-    solution = optx.root_find(stationary, optx.Newton(rtol=rtol, atol=atol * 1e-3), start.value, args=args,
+    solution = optx.root_find(stationary, optx.Newton(rtol=rtol, atol=atol * 1e-3, cauchy_termination=False), start.value, args=args,
                               max_steps=50, throw=throw)
     q = jnp.where(held, positions0, solution.value)
     return Equilibrium(

@@ -1,5 +1,6 @@
 """`simulate`: a fixed-step rollout as nested `lax.scan`s, pure, jittable and differentiable."""
 
+import math
 from collections.abc import Callable
 
 import equinox as eqx
@@ -89,6 +90,7 @@ def simulate(
     n_steps, save_every, dtype = _validate(
         system, state0, integrator, dt, n_steps, save_every, key, observables, adjoint
     )
+    check_precision(args, dtype, "simulate", what="`args`")
     dt = jnp.asarray(dt, dtype=dtype)
     t0 = jnp.asarray(t0, dtype=dtype)
     observables = {name: by_code(fn) for name, fn in (observables or {}).items()}  # a new lambda: no recompile
@@ -169,7 +171,7 @@ def _rollout(system, state0, integrator, dt, t0, key, args, observables, n_steps
     y0 = tuple(state0[i] for i in range(state0.shape[0])) if componentwise else state0
     carry0 = integrator.init(system, frames.time(t0, dt, step_offset), y0, args)
     if isinstance(adjoint, ReversibleAdjoint):
-        saved = _reversible_frames((system, carry0, dt, args), frames, lax.stop_gradient(t0), step_offset)
+        saved = _reversible_frames((system, carry0, dt, args, t0), frames, step_offset)
     else:
         saved = frames.scan(system, carry0, dt, t0, key, args, step_offset)[1]
     first = frames.record(system, carry0, frames.time(t0, dt, step_offset))
@@ -212,9 +214,27 @@ class _Frames(eqx.Module):
         if isinstance(self.adjoint, CheckpointAdjoint) and self.adjoint.checkpoint_steps:
             one_step = jax.checkpoint(one_step)
 
+        def steps(carry, first, count):
+            return lax.scan(one_step, carry, first + jnp.arange(count))[0]
+
+        nested = isinstance(self.adjoint, CheckpointAdjoint) and self.adjoint.nest_above is not None \
+            and self.save_every > self.adjoint.nest_above
+
+        def block_steps(carry, first):
+            if not nested:
+                return steps(carry, first, self.save_every)
+            # Two levels: ~√save_every sub-blocks, each rematerialised, so the backward pass of a
+            # block stores ~2√save_every carries instead of save_every (one frame over 10^5 steps:
+            # ~630 carries, not 10^5), for one more forward replay of the block.
+            m = math.isqrt(self.save_every - 1) + 1
+            q, r = divmod(self.save_every, m)
+            sub = jax.checkpoint(lambda c, j: (steps(c, first + j * m, m), None))
+            carry, _ = lax.scan(sub, carry, jnp.arange(q))
+            return steps(carry, first + q * m, r) if r else carry
+
         def block(carry, frame):
             first = frame * self.save_every
-            carry, _ = lax.scan(one_step, carry, first + jnp.arange(self.save_every))
+            carry = block_steps(carry, first)
             return carry, self.record(system, carry, self.time(t0, dt, step_offset + first + self.save_every))
 
         if isinstance(self.adjoint, CheckpointAdjoint):
@@ -223,59 +243,63 @@ class _Frames(eqx.Module):
 
 
 @eqx.filter_custom_vjp
-def _reversible_frames(diff, frames: _Frames, t0, step_offset):
-    system, carry0, dt, args = diff
+def _reversible_frames(diff, frames: _Frames, step_offset):
+    system, carry0, dt, args, t0 = diff
     return frames.scan(system, carry0, dt, t0, None, args, step_offset)[1]
 
 
 @_reversible_frames.def_fwd
-def _reversible_frames_fwd(perturbed, diff, frames: _Frames, t0, step_offset):
-    system, carry0, dt, args = diff
+def _reversible_frames_fwd(perturbed, diff, frames: _Frames, step_offset):
+    system, carry0, dt, args, t0 = diff
     final_carry, saved = frames.scan(system, carry0, dt, t0, None, args, step_offset)
     return saved, final_carry
 
 
 @_reversible_frames.def_bwd
-def _reversible_frames_bwd(final_carry, ct_saved, perturbed, diff, frames: _Frames, t0, step_offset):
+def _reversible_frames_bwd(final_carry, ct_saved, perturbed, diff, frames: _Frames, step_offset):
     """Walk back from the final carry: rebuild each earlier carry by a step of -dt, then pull
-    the cotangent through the forward step with jax.vjp. Memory: O(1) in the number of steps."""
-    system, carry0, dt, args = diff
+    the cotangent through the forward step with jax.vjp. Memory: O(1) in the number of steps.
+
+    Step n runs at t = t0 + (step_offset + n) dt and a frame is recorded at its time, so the
+    cotangents of dt and t0 include what reaches them through the time (a time-dependent
+    force or observable), not only through the step size."""
+    system, carry0, dt, args, t0 = diff
     integrator = frames.integrator
     sys_diff, sys_static = eqx.partition(system, eqx.is_inexact_array)
     args_diff, args_static = eqx.partition(args, eqx.is_inexact_array)
     ct_states, ct_obs, _ = ct_saved
 
-    def step_from(sys_d, carry, dt_, args_d, n):
-        return integrator.step(eqx.combine(sys_d, sys_static), frames.time(t0, dt, step_offset + n), carry, dt_,
+    def step_from(sys_d, carry, dt_, args_d, t0_, n):
+        return integrator.step(eqx.combine(sys_d, sys_static), frames.time(t0_, dt_, step_offset + n), carry, dt_,
                                None, eqx.combine(args_d, args_static))
 
-    def record_diff(sys_d, carry, t):
-        state, obs, _ = frames.record(eqx.combine(sys_d, sys_static), carry, t)
+    def record_diff(sys_d, carry, dt_, t0_, n):
+        state, obs, _ = frames.record(eqx.combine(sys_d, sys_static), carry, frames.time(t0_, dt_, step_offset + n))
         return state, obs
 
     def back_step(acc, n):
-        carry_next, ct_carry, g_sys, g_dt, g_args = acc
+        carry_next, ct_carry, g_sys, g_dt, g_args, g_t0 = acc
         carry = integrator.step(system, frames.time(t0, dt, step_offset + n + 1), carry_next, -dt, None, args)
-        _, vjp = jax.vjp(lambda s, c, h, a: step_from(s, c, h, a, n), sys_diff, carry, dt, args_diff)
-        d_sys, d_carry, d_dt, d_args = vjp(ct_carry)
-        return (carry, d_carry, _tree_add(g_sys, d_sys), g_dt + d_dt, _tree_add(g_args, d_args)), None
+        _, vjp = jax.vjp(lambda s, c, h, a, t: step_from(s, c, h, a, t, n), sys_diff, carry, dt, args_diff, t0)
+        d_sys, d_carry, d_dt, d_args, d_t0 = vjp(ct_carry)
+        return (carry, d_carry, _tree_add(g_sys, d_sys), g_dt + d_dt, _tree_add(g_args, d_args), g_t0 + d_t0), None
 
     def back_block(acc, frame):
-        carry_end, ct_carry = acc[0], acc[1]
+        carry_end, ct_carry, g_sys, g_dt, g_args, g_t0 = acc
         last = (frame + 1) * frames.save_every
         ct_frame = (None if ct_states is None else _index(ct_states, frame), _index(ct_obs, frame))
-        t_frame = frames.time(t0, dt, step_offset + last)
-        out, vjp = jax.vjp(lambda s, c: record_diff(s, c, t_frame), sys_diff, carry_end)
-        d_sys, d_carry = vjp(_zeros_where_none(ct_frame, out))
-        acc = (carry_end, _tree_add(ct_carry, d_carry), _tree_add(acc[2], d_sys)) + acc[3:]
+        out, vjp = jax.vjp(lambda s, c, h, t: record_diff(s, c, h, t, last), sys_diff, carry_end, dt, t0)
+        d_sys, d_carry, d_dt, d_t0 = vjp(_zeros_where_none(ct_frame, out))
+        acc = (carry_end, _tree_add(ct_carry, d_carry), _tree_add(g_sys, d_sys), g_dt + d_dt, g_args, g_t0 + d_t0)
         acc, _ = lax.scan(back_step, acc, last - 1 - jnp.arange(frames.save_every))
         return acc, None
 
     zeros = lambda tree: jtu.tree_map(jnp.zeros_like, tree)  # noqa: E731
-    acc0 = (final_carry, zeros(final_carry), zeros(sys_diff), jnp.zeros_like(dt), zeros(args_diff))
+    acc0 = (final_carry, zeros(final_carry), zeros(sys_diff), jnp.zeros_like(dt), zeros(args_diff),
+            jnp.zeros_like(t0))
     acc, _ = lax.scan(back_block, acc0, frames.n_frames - 1 - jnp.arange(frames.n_frames))
-    _, ct_carry0, g_sys, g_dt, g_args = acc
-    return g_sys, ct_carry0, g_dt, g_args
+    _, ct_carry0, g_sys, g_dt, g_args, g_t0 = acc
+    return g_sys, ct_carry0, g_dt, g_args, g_t0
 
 
 def _tree_add(a, b):
@@ -287,8 +311,9 @@ def _index(tree, i):
 
 
 def _zeros_where_none(ct, like):
-    """Cotangents of outputs that were not differentiated arrive as None: use zeros instead."""
-    return jtu.tree_map(lambda c, x: jnp.zeros_like(x) if c is None else c, ct, like,
+    """Cotangents of outputs that were not differentiated arrive as None: use zeros instead
+    (outputs that are None themselves, such as states with save_states=False, stay None)."""
+    return jtu.tree_map(lambda c, x: None if x is None else jnp.zeros_like(x) if c is None else c, ct, like,
                         is_leaf=lambda x: x is None)
 
 

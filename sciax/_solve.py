@@ -98,7 +98,8 @@ def solve(
     - `adjoint`: how reverse-mode gradients are computed: `"recursive_checkpoint"`
       (backpropagate through the solver, checkpointed; exact for the discretisation),
       `"backsolve"` (solve the continuous adjoint ODE backwards; memory O(1), gradients
-      accurate to the tolerances; adaptive steps only), `"direct"` (plain autodiff, also allows forward mode),
+      accurate to the tolerances; adaptive steps only; not with respect to `t0`/`t1`, which
+      Diffrax's backsolve does not support), `"direct"` (plain autodiff, also allows forward mode),
       `"forward"` (forward mode only: `jax.jvp`, `jax.jacfwd`), or a `diffrax` adjoint.
     - `args`: passed to `vector_field(t, y, args)`.
     - `observables`: dict name -> `fn(t, state, system)` evaluated at every saved frame.
@@ -123,6 +124,7 @@ def solve(
     ```
     """
     dtype = _validate(system, y0, t0, t1, save_at, rtol, atol, dt0, observables, throw)
+    check_precision(args, dtype, "solve", what="`args`")
     max_steps = positive_int("max_steps", max_steps)
     solver = _make_solver(solver, rtol)
     adjoint = _make_adjoint(adjoint, rtol)
@@ -282,10 +284,14 @@ def _constant_steps(max_steps, t0, t1, dt0, dtype, adjoint):
     if not (is_concrete(t0) and is_concrete(t1) and is_concrete(dt0)):
         if isinstance(adjoint, dfx.RecursiveCheckpointAdjoint) and adjoint.checkpoints is None:
             adjoint = dfx.RecursiveCheckpointAdjoint(checkpoints=max_steps)
-        return dfx.ConstantStepSize(), jnp.asarray(dt0, dtype=dtype), adjoint
+        # The same n equal steps as with concrete times: steps of (t1 - t0) / n, n traced.
+        t0, t1, dt0 = (jnp.asarray(t, dtype=dtype) for t in (t0, t1, dt0))
+        span = t1 - t0
+        n = _n_constant_steps(span, jax.lax.stop_gradient(dt0), dtype, jnp)
+        return dfx.ConstantStepSize(), span / n, adjoint
     t0, t1, dt0 = (np.asarray(t, dtype=dtype) for t in (t0, t1, dt0))
     start, span, step = float(t0), float(t1) - float(t0), float(dt0)
-    n_steps = max(1, math.ceil(span / step - 1e-9))
+    n_steps = int(_n_constant_steps(span, step, dtype, np))
     if max_steps < n_steps:
         raise ValueError(
             f"solve: `max_steps` ({max_steps}) is below the {n_steps} constant steps of "
@@ -294,6 +300,14 @@ def _constant_steps(max_steps, t0, t1, dt0, dtype, adjoint):
     ends = (start + span * (np.arange(n_steps + 1) / n_steps)).astype(dtype)
     ends[0], ends[-1] = t0, t1  # exactly, as StepTo requires
     return dfx.StepTo(ts=ends), None, adjoint
+
+
+def _n_constant_steps(span, step, dtype, xp):
+    """n = ceil((t1 - t0) / dt0), at least 1, with slack for the rounding of times cast to
+    `dtype` (float32: 0.6 / 0.1 is 6.0000001 and must give 6 steps, not 7)."""
+    ratio = span / step
+    slack = 1e-9 + 8 * float(np.finfo(dtype).eps) * ratio
+    return xp.maximum(1, xp.ceil(ratio - slack))
 
 
 def _vector_field(t, y, system_and_args):

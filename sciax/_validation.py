@@ -82,7 +82,7 @@ def check_parameter(system: str, name: str, value, *, minimum: float = 0.0, stri
         raise ValueError(f"{system}: `{name}` must be {relation} {minimum:g}, got {shown}.")
 
 
-def check_precision(system, state_dtype, where: str) -> None:
+def check_precision(system, state_dtype, where: str, what: str = "the system") -> None:
     """Refuse float parameters wider than the state: a float64 parameter would promote a float32
     state to float64 inside the step (and `lax.scan` needs a fixed carry type). Casting the
     result back would be a silent downcast, so the user is asked to choose one precision."""
@@ -95,9 +95,9 @@ def check_precision(system, state_dtype, where: str) -> None:
     ]
     if wider:
         raise TypeError(
-            f"{where}: the state is {jnp.dtype(state_dtype).name} but the system has wider float "
+            f"{where}: the state is {jnp.dtype(state_dtype).name} but {what} has wider float "
             f"parameters at {', '.join(wider)}, which would promote the state. Use one precision: "
-            f"convert the state, or the system with sciax.astype(system, jnp.{jnp.dtype(state_dtype).name})."
+            f"convert the state, or {what} with sciax.astype(..., jnp.{jnp.dtype(state_dtype).name})."
         )
 
 

@@ -74,6 +74,27 @@ def test_reversible_gradient_wrt_dt_and_under_vmap():
     del system
 
 
+@pytest.mark.parametrize("save_states", [True, False])
+def test_reversible_gradient_through_time_dependent_observables(save_states):
+    """An observable that reads t: its frame times t0 + k·save_every·dt depend on dt and t0, and
+    the reversible backward pass must carry those terms (also with no states saved)."""
+    s0 = Kepler().orbit_state(1.0, 0.3)
+
+    def loss(dt, t0, adjoint):
+        tr = sciax.simulate(Kepler(), s0, integrator=si.VelocityVerlet(), dt=dt, t0=t0, n_steps=60,
+                            save_every=20, adjoint=adjoint, save_states=save_states,
+                            observables={"o": lambda t, y, sy: jnp.sin(3 * t) * y.positions[0]})
+        return jnp.sum(tr.observables["o"]) + (0.0 if tr.states is None else jnp.sum(tr.states.positions[-1]))
+
+    grads = {name: jax.grad(loss, argnums=(0, 1))(0.01, 0.3, adj) for name, adj in ADJOINTS.items()}
+    for name in ("checkpoint", "reversible"):
+        np.testing.assert_allclose(grads[name], grads["direct"], rtol=1e-10)
+    h = 1e-6
+    fd_dt = (loss(0.01 + h, 0.3, ADJOINTS["direct"]) - loss(0.01 - h, 0.3, ADJOINTS["direct"])) / (2 * h)
+    fd_t0 = (loss(0.01, 0.3 + h, ADJOINTS["direct"]) - loss(0.01, 0.3 - h, ADJOINTS["direct"])) / (2 * h)
+    np.testing.assert_allclose(grads["reversible"], [fd_dt, fd_t0], rtol=1e-6)
+
+
 def test_reversible_adjoint_float32():
     def loss(gm):
         s0 = Kepler().orbit_state(1.0, 0.3)
@@ -90,13 +111,13 @@ def test_reversible_adjoint_float32():
     np.testing.assert_allclose(g32, g64, rtol=1e-4)  # float32 round-off over 200 steps and back
 
 
-def _temp_bytes(adjoint, n_steps):
+def _temp_bytes(adjoint, n_steps, n_frames=10):
     """Peak scratch memory XLA allocates for the gradient program (its buffer assignment)."""
     s0 = PhaseSpace(jnp.ones((64, 3)), jnp.zeros((64, 3)))
 
     def loss(k):
         tr = sciax.simulate(HarmonicOscillator(stiffness=k, masses=jnp.ones(64)), s0, integrator=si.VelocityVerlet(),
-                            dt=1e-3, n_steps=n_steps, save_every=n_steps // 10, adjoint=adjoint)
+                            dt=1e-3, n_steps=n_steps, save_every=n_steps // n_frames, adjoint=adjoint)
         return jnp.sum(tr.states.positions**2)
 
     return jax.jit(jax.grad(loss)).lower(1.0).compile().memory_analysis().temp_size_in_bytes
@@ -108,6 +129,30 @@ def test_reversible_memory_independent_of_steps_compiled():
     assert rev[1] <= 1.1 * rev[0], rev  # 100x the steps, same scratch memory
     assert direct[1] > 8 * direct[0], direct  # plain reverse mode stores every step
     assert rev[1] * 50 < direct[1]
+
+
+def test_checkpoint_memory_grows_with_the_square_root_of_a_long_block():
+    """One saved frame after n steps: the block is checkpointed in ~√n sub-blocks, so 100x the
+    steps costs ~10x the scratch memory (~2√n carries), not 100x (n carries); the gradient
+    equals DirectAdjoint's."""
+    ckpt = [_temp_bytes(ADJOINTS["checkpoint"], n, n_frames=1) for n in (1_000, 100_000)]
+    carry = 2 * 64 * 3 * 8  # one PhaseSpace carry, float64
+    assert ckpt[1] < 15 * ckpt[0], ckpt
+    assert ckpt[1] < 2 * (2 * 317 + 8) * carry, ckpt  # ~2√1e5 carries plus a few states, not 1e5
+
+    def loss(k, adjoint):
+        s0 = PhaseSpace(jnp.linspace(0.5, 1.5, 12).reshape(4, 3), jnp.zeros((4, 3)))
+        tr = sciax.simulate(HarmonicOscillator(stiffness=k, masses=jnp.ones(4)), s0, integrator=si.VelocityVerlet(),
+                            dt=1e-2, n_steps=1_003, save_every=1_003, adjoint=adjoint)  # 1003 = 31·32 + 11
+        return jnp.sum(tr.final_state.positions**3)
+
+    g_ckpt = jax.grad(loss)(1.3, ADJOINTS["checkpoint"])
+    np.testing.assert_allclose(g_ckpt, jax.grad(loss)(1.3, ADJOINTS["direct"]), rtol=1e-11)
+    np.testing.assert_array_equal(loss(1.3, ADJOINTS["checkpoint"]), loss(1.3, ADJOINTS["direct"]))
+    flat = _temp_bytes(sciax.CheckpointAdjoint(nest_above=None), 100_000, n_frames=1)
+    assert flat > 10 * ckpt[1], (flat, ckpt)  # nest_above=None: every carry of the block
+    with pytest.raises(ValueError, match="`nest_above` must be a positive int or None, got 0"):
+        sciax.CheckpointAdjoint(nest_above=0)
 
 
 _RSS_SCRIPT = textwrap.dedent("""

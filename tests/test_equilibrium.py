@@ -31,6 +31,27 @@ def test_loaded_chain_positions_closed_form():
     assert bool(eq.converged)
 
 
+def test_stiff_chain_converges_at_round_off():
+    # k = 1e3 and a load of 100: round-off in ∇E is ~k |q| ε ~ 1e-12, above any fixed absolute
+    # bound near 1e-13; the result is exact and must be reported as converged (throw=True).
+    stiffness = jnp.full(4, 1e3)
+    eq = loaded_chain(stiffness, force=100.0)
+    expected = np.concatenate([[0.0], np.cumsum(L0 + 100.0 / np.asarray(stiffness))])
+    np.testing.assert_allclose(eq.positions[:, 0], expected, rtol=1e-12, atol=1e-12)
+    assert bool(eq.converged)
+
+
+def test_float32_chain_converges_with_default_tolerances():
+    chain = sciax.astype(MassSpringChain(masses=jnp.ones(5), stiffness=K, rest_length=L0), jnp.float32)
+    q0 = (jnp.arange(5.0)[:, None] * L0 * 1.01).astype(jnp.float32)
+    load = jnp.zeros((5, 1), jnp.float32).at[4, 0].set(F)
+    fixed = jnp.zeros((5, 1), bool).at[0].set(True)
+    eq = sciax.equilibrium(chain, q0, external_force=load, fixed=fixed)  # throw=True: must converge
+    assert eq.positions.dtype == jnp.float32 and bool(eq.converged)
+    expected = np.concatenate([[0.0], np.cumsum(L0 + F / np.asarray(K))])
+    np.testing.assert_allclose(eq.positions[:, 0], expected, rtol=2e-6)
+
+
 def test_implicit_gradient_closed_form_and_finite_differences():
     end = lambda k: loaded_chain(k).positions[4, 0]
     g = jax.grad(end)(K)

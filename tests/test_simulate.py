@@ -234,6 +234,20 @@ class TestBadInput:
             self.run(observables=[lambda t, y, s: y])
 
 
+def test_wider_args_than_state_are_refused_by_simulate_and_solve():
+    class Driven(sciax.systems.AbstractODE):
+        def vector_field(self, t, y, args):
+            return -args * y
+
+    y32 = jnp.ones(2, jnp.float32)
+    with pytest.raises(TypeError, match=r"simulate: the state is float32 but `args` has wider float parameters"):
+        sciax.simulate(Driven(), y32, integrator=si.RK4(), dt=0.1, n_steps=2, args=jnp.array(1.0, jnp.float64))
+    with pytest.raises(TypeError, match=r"solve: the state is float32 but `args` has wider float parameters"):
+        sciax.solve(Driven(), y32, t0=0.0, t1=1.0, args=jnp.array(1.0, jnp.float64))
+    tr = sciax.simulate(Driven(), y32, integrator=si.RK4(), dt=0.1, n_steps=2, args=jnp.array(1.0, jnp.float32))
+    assert tr.states.dtype == jnp.float32
+
+
 def test_wider_parameters_than_state_are_refused_not_downcast():
     s32 = Y0.astype(jnp.float32)
     with pytest.raises(TypeError, match=r"the state is float32 but the system has wider float parameters at .*rho"):

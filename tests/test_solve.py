@@ -179,6 +179,33 @@ def test_jit_equals_eager_with_traced_times():
     np.testing.assert_allclose(jax.jit(run)(y0, 0.5), run(y0, 0.5), rtol=1e-12)
 
 
+def test_constant_steps_that_do_not_divide_the_span_are_equal_steps_also_when_traced():
+    """dt0 = 0.3 over [0, 1]: n = 4 equal steps of 0.25, whether the times are concrete or
+    traced (jit, grad); a hand-written Euler loop is the reference."""
+    y0 = jnp.array([2.0, 0.0])
+
+    def final_x(t1, dt0=0.3):
+        return sciax.solve(VanDerPol(), y0, t0=0.0, t1=t1, solver="euler", rtol=None, dt0=dt0).final_state[0]
+
+    y = y0
+    for n in range(4):
+        y = y + 0.25 * VanDerPol().vector_field(n * 0.25, y)
+    for value in (final_x(1.0), jax.jit(final_x)(1.0), jax.jit(lambda d: final_x(1.0, d))(0.3)):
+        np.testing.assert_allclose(value, y[0], rtol=1e-14)
+    h = 1e-6
+    fd = (final_x(1.0 + h) - final_x(1.0 - h)) / (2 * h)
+    np.testing.assert_allclose(jax.grad(final_x)(1.0), fd, rtol=1e-7)
+    assert jax.grad(final_x, argnums=1)(1.0, 0.3) == 0.0  # n is piecewise constant in dt0
+
+
+def test_float32_constant_steps_are_not_miscounted_by_rounding():
+    # 0.6 / 0.1 in float32 is 6.0000001: still 6 steps.
+    system = sciax.astype(VanDerPol(), jnp.float32)
+    traj = sciax.solve(system, jnp.array([2.0, 0.0], jnp.float32), t0=0.0, t1=0.6, solver="euler", rtol=None,
+                       dt0=0.1)
+    assert int(traj.stats["num_steps"]) == 6
+
+
 @pytest.mark.parametrize("adjoint", ["recursive_checkpoint", "backsolve"])
 def test_grad_wrt_rho_matches_finite_differences(adjoint):
     save_at = jnp.linspace(0.1, 0.5, 5)

@@ -180,8 +180,13 @@ def _resolve(name, spec, system, state0) -> ResolvedAxis:
         kind, target = "state", _walk(state0, attrs, name, "the initial state")
     else:
         if root not in sweepable_fields(system):
-            fields = {f.name for f in dataclasses.fields(system)}
-            reason = "a static field" if root in fields else "no such field"
+            fields = {f.name: f for f in dataclasses.fields(system)}
+            if root not in fields:
+                reason = "no such field"
+            elif fields[root].metadata.get("static", False):
+                reason = "a static field"
+            else:
+                reason = f"it holds {describe(getattr(system, root, None))}, not an array or number"
             raise ValueError(
                 f"sweep: axis {name!r} does not name a field of {type(system).__name__} ({reason}); "
                 f"valid names: {_valid_names(system, state0)}."

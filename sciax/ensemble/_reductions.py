@@ -225,7 +225,9 @@ class Streaming(Reduction):
       pytree with a leading `(B,)` member axis, `weights` a `(B,)` array of 0/1 (0 for padding,
       failed members and members of other groups). The numeric values of members with weight
       0 are replaced by zeros, so a failed member's NaN cannot leak through 0 · NaN. Must be
-      jittable.
+      jittable. `partial` runs once per group of kept axes on the whole chunk (vmapped), so
+      with G groups a chunk holds G copies of its outputs: for many groups (thousands) prefer
+      the built-in reductions, which use one segment sum.
     - `merge`: `merge(a, b) -> state`, associative (chunks arrive in any grouping).
     - `finalize`: `finalize(state) -> result` (default: the state itself).
 
