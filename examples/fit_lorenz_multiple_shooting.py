@@ -55,7 +55,8 @@ report("single shooting", single, time.perf_counter() - start)
 
 start = time.perf_counter()
 weight = 10.0  # continuity weight (1/state units); the default
-multi = sciax.fit(guess, jnp.asarray(data[0]), times, data, shooting=sciax.MultipleShooting(20, continuity_weight=weight),
+multi = sciax.fit(guess, jnp.asarray(data[0]), times, data,
+                  shooting=sciax.MultipleShooting(20, continuity_weight=weight),
                   **options)
 report("multiple shooting, 20 segments", multi, time.perf_counter() - start)
 print(f"  largest jump between segments: {float(jnp.max(jnp.abs(multi.continuity_residuals))) / weight:.3f} "

@@ -102,8 +102,8 @@ def equilibrium(
     start = optx.minimise(total_energy, optx.BFGS(rtol=rtol, atol=atol), jax.lax.stop_gradient(positions0),
                           args=jax.lax.stop_gradient(args), max_steps=max_steps, throw=throw)
     stationary = jax.grad(total_energy)
-    solution = optx.root_find(stationary, optx.Newton(rtol=rtol, atol=atol * 1e-3, cauchy_termination=False), start.value, args=args,
-                              max_steps=50, throw=throw)
+    newton = optx.Newton(rtol=rtol, atol=atol * 1e-3, cauchy_termination=False)
+    solution = optx.root_find(stationary, newton, start.value, args=args, max_steps=50, throw=throw)
     q = jnp.where(held, positions0, solution.value)
     return Equilibrium(
         positions=q,

@@ -65,7 +65,8 @@ class SweepResult:
         """Select members by coordinate value: `result.sel(rho=24.5, seed=3).outputs`.
 
         `method=None` asks for an exact match (up to floating-point rounding: relative
-        difference at most 1e-6; the closest such coordinate); `method="nearest"` takes the closest coordinate. Selected grid dims
+        difference at most 1e-6; the closest such coordinate); `method="nearest"` takes the
+        closest coordinate. Selected grid dims
         are dropped; in zip mode the value(s) pick one member. Reductions are indexed too
         when only kept dims are selected.
 

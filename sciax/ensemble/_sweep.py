@@ -299,7 +299,8 @@ def _check_chunking(batch_size, memory_budget):
     if memory_budget is not None:
         if isinstance(memory_budget, bool) or not isinstance(memory_budget, int | float | np.number) \
                 or not 0 < memory_budget < math.inf:
-            raise ValueError(f"sweep: `memory_budget` must be a positive, finite number of bytes, got {memory_budget!r}.")
+            raise ValueError(
+                f"sweep: `memory_budget` must be a positive, finite number of bytes, got {memory_budget!r}.")
 
 
 def _traces_in_shard_map(config, payload, axes) -> bool:
