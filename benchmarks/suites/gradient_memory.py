@@ -267,9 +267,10 @@ def run(ctx) -> SuiteResult:
         "sensitivities as the horizon grows: the loss Σ|q|² is dominated by the chain's extent (|q| up to "
         "256) while dL/dk comes from 1% vibrations. At 1e5 steps the float32 gradients are not meaningful "
         "(even DirectAdjoint's is ~2x off the float64 one); the row is there for its memory and time.",
-        "CheckpointAdjoint rematerialises each saved block, so it stores one block's per-step carries "
-        f"(n_steps / {N_FRAMES} of them): its memory grows with save_every, i.e. with n_steps at a fixed "
-        "number of frames. ReversibleAdjoint stores only the saved frames.",
+        "CheckpointAdjoint rematerialises each saved block, and a block of more than 64 steps "
+        f"(n_steps / {N_FRAMES} here) once more in ~√save_every sub-blocks, so it stores ~2√save_every "
+        "carries of the block being differentiated: its memory grows like √n_steps at a fixed number of "
+        "frames. ReversibleAdjoint stores only the saved frames.",
         f"Issue 3's JAX-MD figure: 2.6 GB for 100 steps x 4,000 LJ atoms in float32 = "
         f"{JAXMD_BYTES_PER_ATOM_STEP:.0f} B per atom-step (neighbour-list LJ stores far more per atom than a "
         "spring chain: compare the growth with steps, not the constant).",
