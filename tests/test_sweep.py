@@ -145,6 +145,15 @@ def test_memory_budget_is_checked_against_the_compiled_chunk():
     np.testing.assert_array_equal(res.outputs.states, whole.outputs.states)
 
 
+def test_memory_budget_below_a_compiled_one_member_chunk_is_an_error():
+    """The estimate per member fits, but XLA's analysis of a one-member chunk does not: refuse,
+    never run over the budget."""
+    member = lorenz_grid(output=None).info["member_bytes"]
+    with pytest.raises(ValueError, match=r"memory_budget=\d+ bytes is too small: XLA's memory analysis of a "
+                                         r"chunk of 1 member\(s\) per device needs \d+ bytes"):
+        lorenz_grid(output=None, memory_budget=member, devices=1)
+
+
 def test_million_members_keep_only_reductions():
     values = jnp.linspace(-1.0, 1.0, 1_000_000)
     res = sciax.sweep(Lorenz(), Y0, axes={"state0[0]": values}, run=identity, output=lambda y: y[0],

@@ -689,17 +689,20 @@ def _compile(plan: _Plan, tables, order, stop):
     if plan.budget is None or plan.member_bytes * config.local * 4 < plan.budget:
         return lambda first: _chunk(config, plan.payload, tables, order, first, stop)
     resident = _nbytes(tables) + (0 if order is None else order.nbytes)
-    for attempt in range(4):
+    for _ in range(8):  # each pass shrinks the chunk; it stops when XLA's analysis fits the budget
         config = dataclasses.replace(config, local=plan.batch // n_dev)
         compiled = _chunk.lower(config, plan.payload, tables, order, jnp.int32(plan.start), stop).compile()
         mem = _compiled_bytes(compiled.compiled, resident)
-        if mem is None or mem <= plan.budget or config.local == 1 or attempt == 3:
+        if mem is None or mem <= plan.budget or config.local == 1:
             break
         local = int(config.local * 0.9 * plan.budget / mem)
         local = _balance(plan.stop - plan.start, (local // LANES) * LANES or max(1, local), n_dev)
-        if local >= config.local:
-            break
-        plan.batch = local * n_dev
+        plan.batch = min(local, config.local - 1) * n_dev
+    if mem is not None and mem > plan.budget:
+        raise ValueError(
+            f"sweep: memory_budget={plan.budget} bytes is too small: XLA's memory analysis of a chunk of "
+            f"{config.local} member(s) per device needs {mem} bytes. Raise the budget or keep less per member "
+            "(`output=`, `save_every`, simulate's save_states=False).")
     plan.config = config
     plan.chunk_bytes = mem
     return lambda first: compiled(config, plan.payload, tables, order, first, stop)
