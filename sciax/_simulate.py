@@ -208,7 +208,7 @@ class _Frames(eqx.Module):
 
         def one_step(carry, n):
             n = step_offset + n
-            step_key = None if key is None else jr.fold_in(key, n)
+            step_key = None if key is None else _step_key(key, n)
             return self.integrator.step(system, self.time(t0, dt, n), carry, dt, step_key, args), None
 
         if isinstance(self.adjoint, CheckpointAdjoint) and self.adjoint.checkpoint_steps:
@@ -240,6 +240,17 @@ class _Frames(eqx.Module):
         if isinstance(self.adjoint, CheckpointAdjoint):
             block = jax.checkpoint(block)
         return lax.scan(block, carry0, jnp.arange(self.n_frames))
+
+
+def _step_key(key, n):
+    """The key of global step n, `fold_in(key, n)`. `fold_in` keeps the low 32 bits of n, so the
+    higher bits are folded in as well when they are set: steps 2³² apart get different noise,
+    and the keys of the first 2³² steps are unchanged."""
+    low = jr.fold_in(key, n)
+    if jnp.iinfo(n.dtype).bits <= 32:
+        return low
+    high = (n >> 32).astype(jnp.uint32)
+    return lax.cond(high > 0, lambda: jr.fold_in(low, high), lambda: low)
 
 
 @eqx.filter_custom_vjp

@@ -149,7 +149,8 @@ def plot_trajectory(traj, *, system=None, conserved=(), title=None, component_na
     **Arguments:**
 
     - `traj`: a `sciax.Trajectory` (JAX or NumPy arrays; one trajectory, not an ensemble) with states.
-    - `system`: the system, used for labels (optional).
+    - `system`: the system, for the title and, without `component_names`, the component
+      labels (its `component_names`, e.g. S, I, R) (optional).
     - `conserved`: names of observables to draw as relative error from their initial value.
     - `title`: figure title. `component_names`: names of the components of an ODE state.
     - `max_points`: frames are thinned to at most this many points per line.
@@ -178,6 +179,8 @@ def plot_trajectory(traj, *, system=None, conserved=(), title=None, component_na
         a = [(name, y[::step]) for name, y in a]
         n_cols = 1 + has_obs
 
+    if component_names is None and system is not None:
+        component_names = getattr(system, "component_names", None)
     with np.errstate(over="ignore", invalid="ignore"):  # a blown-up run may hold huge values
         fig = _draw(kind, a, b, t, n_cols, names_in=component_names, observables=observables,
                     conserved=conserved)

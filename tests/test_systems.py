@@ -19,6 +19,7 @@ from scipy.integrate import solve_ivp
 
 import sciax
 from sciax.integrators import RK4, EulerMaruyama, VelocityVerlet, Yoshida4
+from sciax.scenario import system_classes
 from sciax.systems import (
     FIGURE_EIGHT_PERIOD,
     SEIR,
@@ -27,6 +28,7 @@ from sciax.systems import (
     DoublePendulum,
     FitzHughNagumo,
     GeometricBrownianMotion,
+    HarmonicOscillator,
     LotkaVolterra,
     MassSpringChain,
     MassSpringLattice,
@@ -702,3 +704,59 @@ def test_component_names_match_component_counts():
         cls = getattr(systems, name)
         if isinstance(cls, type) and getattr(cls, "n_components", None) is not None:
             assert cls.component_names is not None and len(cls.component_names) == cls.n_components, name
+
+
+# ------------------------------------------------------------------- presets and precision
+@pytest.mark.parametrize("name", sorted(system_classes()))
+def test_presets_of_a_float32_system_are_float32(name):
+    """A float32 system's presets must not hand back float64 states (the whole run would then
+    be float64) or a mix (simulate refuses it)."""
+    cls = system_classes()[name]
+    try:
+        system = cls()
+        state = system.default_state()
+    except (TypeError, ValueError, NotImplementedError):
+        pytest.skip(f"{name} has no default construction or default state")
+    system32 = sciax.astype(system, jnp.float32)
+    leaves = jax.tree_util.tree_leaves(system32.default_state())
+    assert {x.dtype for x in leaves} == {jnp.dtype(jnp.float32)}
+    del state
+    if name == "Kepler":
+        assert {x.dtype for x in jax.tree_util.tree_leaves(system32.orbit_state(1.0, 0.3))} == {jnp.dtype(jnp.float32)}
+
+
+def test_harmonic_oscillator_exact_at_an_array_of_times():
+    ho = HarmonicOscillator(stiffness=2.0)
+    s0 = sciax.PhaseSpace(jnp.array([1.0, 0.0]), jnp.array([0.0, 1.0]))
+    times = jnp.array([0.0, 0.7, 1.3])
+    both = ho.exact(s0, times)
+    assert both.positions.shape == (3, 2)
+    for i, t in enumerate(times):
+        np.testing.assert_allclose(both.positions[i], ho.exact(s0, t).positions, rtol=1e-15)
+        np.testing.assert_allclose(both.velocities[i], ho.exact(s0, t).velocities, rtol=1e-15)
+
+
+def test_step_keys_do_not_repeat_after_2_to_the_32_steps():
+    ou, key = OrnsteinUhlenbeck(), jr.key(0)
+
+    def one_step(offset):
+        return sciax.simulate(ou, jnp.zeros(3), integrator=EulerMaruyama(), dt=0.01, n_steps=1, key=key,
+                              step_offset=jnp.asarray(offset, jnp.int64)).final_state
+
+    assert not np.array_equal(one_step(7), one_step(7 + 2**32))
+    # below 2**32 the key of step n is fold_in(key, n), as documented
+    noise = jr.normal(jr.fold_in(key, 7), (3,), jnp.float64)
+    manual = EulerMaruyama().step(ou, 0.07, jnp.zeros(3), 0.01, jr.fold_in(key, 7), None)
+    np.testing.assert_allclose(one_step(7), manual, rtol=1e-15)
+    del noise
+
+
+def test_plot_labels_come_from_the_system():
+    from sciax.plot import plot_trajectory
+
+    tr = sciax.simulate(SIR(), SIR().default_state(), integrator=RK4(), dt=0.1, n_steps=10)
+    fig = plot_trajectory(tr, system=SIR())
+    labels = {line.get_label() for ax in fig.axes for line in ax.get_lines()}
+    labels |= {text for ax in fig.axes for text in (ax.get_xlabel(), ax.get_ylabel())}
+    labels |= {ax.get_zlabel() for ax in fig.axes if hasattr(ax, "get_zlabel")}
+    assert {"S", "I", "R"} <= labels, labels

@@ -4,15 +4,38 @@ Parameters are array fields (so `jax.grad`, `jax.vmap` and `eqx.tree_at` reach t
 configuration is `eqx.field(static=True)`. Library code is unbatched: one system, one state.
 """
 
+import functools
 from typing import ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._errors import StateMismatchError
 from .._state import PhaseSpace
-from .._validation import describe
+from .._validation import astype, describe
+
+
+def float_dtype(system):
+    """The precision of a system: the dtype of its (non-weakly-typed) float parameters, or the
+    default float when it has none (parameters given as Python numbers)."""
+    leaves = [x for x in jax.tree_util.tree_leaves(system)
+              if isinstance(x, jax.Array | np.ndarray) and jnp.issubdtype(x.dtype, jnp.floating)
+              and not getattr(x, "weak_type", False)]
+    return jnp.result_type(*leaves) if leaves else jnp.zeros(()).dtype
+
+
+def in_system_precision(preset):
+    """For state presets (`default_state`, `orbit_state`, ...): cast the state they build from
+    Python numbers to the system's precision, so a float32 system gets a float32 state rather
+    than a float64 one (which would run the whole simulation in float64)."""
+
+    @functools.wraps(preset)
+    def wrapper(self, *args, **kwargs):
+        return astype(preset(self, *args, **kwargs), float_dtype(self))
+
+    return wrapper
 
 
 def check_components(y, n: int, system_name: str) -> None:

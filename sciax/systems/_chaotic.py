@@ -6,7 +6,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._base import AbstractODE, components, like
+from ._base import AbstractODE, components, in_system_precision, like
 
 
 class Lorenz(AbstractODE):
@@ -30,5 +30,6 @@ class Lorenz(AbstractODE):
         x, yy, z = components(y, 3, "Lorenz")
         return like(y, self.sigma * (yy - x), x * (self.rho - z) - yy, x * yy - self.beta * z)
 
+    @in_system_precision
     def default_state(self):
         return jnp.array([1.0, 1.0, 1.0])

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from .._validation import check_parameter
-from ._base import AbstractODE, components, like
+from ._base import AbstractODE, components, in_system_precision, like
 
 
 class Robertson(AbstractODE):
@@ -42,6 +42,7 @@ class Robertson(AbstractODE):
         r3 = self.k3 * y2 * y3
         return like(y, -r1 + r3, r1 - r2 - r3, r2)
 
+    @in_system_precision
     def default_state(self):
         return jnp.array([1.0, 0.0, 0.0])
 

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from .._validation import check_parameter
-from ._base import AbstractODE, components, like
+from ._base import AbstractODE, components, in_system_precision, like
 
 
 class FitzHughNagumo(AbstractODE):
@@ -37,5 +37,6 @@ class FitzHughNagumo(AbstractODE):
         v, w = components(y, 2, "FitzHughNagumo")
         return like(y, v - v**3 / 3 - w + self.current, (v + self.a - self.b * w) / self.tau)
 
+    @in_system_precision
     def default_state(self):
         return jnp.array([-1.0, 1.0])

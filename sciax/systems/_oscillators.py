@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from .._validation import check_parameter
-from ._base import AbstractODE, components, like
+from ._base import AbstractODE, components, in_system_precision, like
 
 
 def _stack_last(y, x, v):
@@ -35,6 +35,7 @@ class VanDerPol(AbstractODE):
         x, v = components(y, 2, "VanDerPol")
         return like(y, v, self.mu * (1 - x**2) * v - x)
 
+    @in_system_precision
     def default_state(self):
         return jnp.array([2.0, 0.0])
 
@@ -121,6 +122,7 @@ class DampedDrivenOscillator(AbstractODE):
         v = vh + big_w * (b_p * cp - a_p * sp)
         return _stack_last(y0, x, v)
 
+    @in_system_precision
     def default_state(self):
         return jnp.array([1.0, 0.0])
 
@@ -172,6 +174,7 @@ class Pendulum(AbstractODE):
             a, b = 0.5 * (a + b), jnp.sqrt(a * b)
         return 2 * jnp.pi * jnp.sqrt(self.length / self.gravity) / a
 
+    @in_system_precision
     def default_state(self):
         return jnp.array([1.0, 0.0])
 
@@ -243,6 +246,7 @@ class DoublePendulum(AbstractODE):
         x2, y2 = x1 + self.length2 * jnp.sin(th2), y1 - self.length2 * jnp.cos(th2)
         return like(y, x1, y1, x2, y2)
 
+    @in_system_precision
     def default_state(self):
         return jnp.array([jnp.pi / 2, jnp.pi / 2, 0.0, 0.0])
 

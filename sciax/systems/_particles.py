@@ -7,7 +7,7 @@ import numpy as np
 
 from .._state import PhaseSpace
 from .._validation import check_parameter
-from ._base import AbstractHamiltonian
+from ._base import AbstractHamiltonian, in_system_precision
 
 
 def _positive_mass_check(name, masses):
@@ -34,12 +34,15 @@ class HarmonicOscillator(AbstractHamiltonian):
         return 0.5 * self.stiffness * jnp.sum(positions**2)
 
     def exact(self, state0: PhaseSpace, t) -> PhaseSpace:
-        """The exact state at time `t` from `state0` at time 0."""
+        """The exact state at time `t` (a scalar or an array of times: a leading axis) from
+        `state0` at time 0."""
         w = jnp.sqrt(self.stiffness / self.masses)
-        c, s = jnp.cos(w * t), jnp.sin(w * t)
+        wt = w * jnp.asarray(t)[..., None]  # times (...,) against positions (d,): (..., d)
+        c, s = jnp.cos(wt), jnp.sin(wt)
         q0, v0 = state0.positions, state0.velocities
         return PhaseSpace(q0 * c + v0 / w * s, -q0 * w * s + v0 * c)
 
+    @in_system_precision
     def default_state(self):
         return PhaseSpace(jnp.array([1.0]), jnp.array([0.0]))
 
@@ -72,6 +75,7 @@ class Kepler(AbstractHamiltonian):
             return self.masses * (r[0] * v[1] - r[1] * v[0])
         return self.masses * jnp.cross(r, v)
 
+    @in_system_precision
     def orbit_state(self, semi_major_axis=1.0, eccentricity=0.0) -> PhaseSpace:
         """State at periapsis of a 2-D orbit with given a and e (0 ≤ e < 1)."""
         a, e = jnp.asarray(semi_major_axis), jnp.asarray(eccentricity)
@@ -83,6 +87,7 @@ class Kepler(AbstractHamiltonian):
         """Orbital period 2π √(a³ / GM)."""
         return 2 * jnp.pi * jnp.sqrt(jnp.asarray(semi_major_axis) ** 3 / self.gm)
 
+    @in_system_precision
     def default_state(self):
         return self.orbit_state(1.0, 0.5)
 
@@ -248,6 +253,7 @@ class NBody(AbstractHamiltonian):
         scale = jnp.where(kinetic > 0, jnp.sqrt(-potential / (2 * jnp.where(kinetic > 0, kinetic, 1.0))), 0.0)
         return PhaseSpace(positions, (velocities * scale).astype(dtype))
 
+    @in_system_precision
     def default_state(self):
         return self._virialised_cluster(jax.random.key(0), 3, 1.0, None)
 
@@ -311,6 +317,7 @@ class MassSpringChain(AbstractHamiltonian):
         positions = jnp.zeros((n, dimension), gaps.dtype).at[:, 0].set(x)
         return PhaseSpace(positions, jnp.zeros_like(positions))
 
+    @in_system_precision
     def default_state(self):
         state = self.equilibrium_state(1)
         shift = 0.1 * jnp.min(jnp.broadcast_to(self.rest_length, (self.masses.shape[0] - 1,)))
@@ -431,8 +438,10 @@ class MassSpringLattice(AbstractHamiltonian):
                              "pass them to the constructor or build it with MassSpringLattice.square.")
         return PhaseSpace(self.reference_positions, jnp.zeros_like(self.reference_positions))
 
+    @in_system_precision
     def default_state(self):
-        """The rest state with the last mass pulled outwards by 10% of the shortest rest length."""
+        """The rest state with the last mass shifted by 10% of the shortest rest length along
+        every axis (by that length times √d, along the diagonal (1, ..., 1))."""
         state = self.rest_state()
         shift = 0.1 * jnp.min(jnp.broadcast_to(self.rest_lengths, (len(self.springs),)))
         return PhaseSpace(state.positions.at[-1].add(shift), state.velocities)

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from .._validation import check_parameter
-from ._base import AbstractODE, components, like
+from ._base import AbstractODE, components, in_system_precision, like
 
 
 class LotkaVolterra(AbstractODE):
@@ -53,6 +53,7 @@ class LotkaVolterra(AbstractODE):
         """The coexistence equilibrium (γ/δ, α/β) as a `(2,)` array."""
         return jnp.stack([self.gamma / self.delta, self.alpha / self.beta])
 
+    @in_system_precision
     def default_state(self):
         return jnp.array([30.0, 4.0])
 
@@ -96,6 +97,7 @@ class SIR(AbstractODE):
         """R₀ = β/γ."""
         return self.beta / self.gamma
 
+    @in_system_precision
     def default_state(self):
         return self.population * jnp.array([0.999, 0.001, 0.0])
 
@@ -140,6 +142,7 @@ class SEIR(AbstractODE):
         """R₀ = β/γ."""
         return self.beta / self.gamma
 
+    @in_system_precision
     def default_state(self):
         return self.population * jnp.array([0.999, 0.0, 0.001, 0.0])
 

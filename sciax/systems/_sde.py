@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 
 from .._validation import check_parameter
-from ._base import AbstractSDE
+from ._base import AbstractSDE, in_system_precision
 
 
 class OrnsteinUhlenbeck(AbstractSDE):
@@ -51,6 +51,7 @@ class OrnsteinUhlenbeck(AbstractSDE):
         """σ² / (2θ)."""
         return self.sigma**2 / (2 * self.theta)
 
+    @in_system_precision
     def default_state(self):
         return jnp.array([1.0])
 
@@ -97,5 +98,6 @@ class GeometricBrownianMotion(AbstractSDE):
             lambda s0, w: s0 * jnp.exp((self.mu - 0.5 * self.sigma**2) * t + self.sigma * w), y0, brownian
         )
 
+    @in_system_precision
     def default_state(self):
         return jnp.array([1.0])
