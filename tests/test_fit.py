@@ -422,6 +422,34 @@ def test_multiple_shooting_recovers_lorenz_where_single_shooting_fails():
 # ---------------------------------------------------------------------------------------------
 
 
+def test_selector_picks_only_the_field_it_returns_even_when_another_holds_the_same_object():
+    class Decay(sciax.systems.AbstractODE):
+        k: float = 0.5
+        c: float = 0.5  # the same float object as k
+
+        def vector_field(self, t, y, args=None):
+            return -self.k * y + 0.0 * self.c
+
+    times = np.linspace(0.1, 2.0, 20)
+    result = sciax.fit(Decay(), jnp.array([1.0]), times, np.exp(-0.8 * times)[:, None], params=lambda s: s.k,
+                       t0=0.0, rollout=sciax.Solve(rtol=1e-10, atol=1e-12))
+    assert result.labels == ("k",) and result.converged
+    np.testing.assert_allclose(result.params["k"], 0.8, rtol=1e-7)
+    assert result.system.c == 0.5 and set(result.params) == {"k"}  # c untouched
+
+
+def test_fixed_transform_holds_the_initial_state():
+    from sciax.systems import LotkaVolterra
+
+    times = np.linspace(0.5, 10.0, 20)
+    truth = sciax.solve(LotkaVolterra(), jnp.array([30.0, 4.0]), t0=0.0, t1=10.0, save_at=jnp.asarray(times))
+    result = sciax.fit(LotkaVolterra(), jnp.array([25.0, 5.0]), times, np.asarray(truth.states), params="alpha",
+                       t0=0.0, fit_initial_state=True, transforms={"state0": sciax.Fixed()},
+                       rollout=sciax.Solve(), throw=False)
+    np.testing.assert_array_equal(np.asarray(result.state0), [25.0, 5.0])
+    assert result.labels == ("alpha",) and result.state0_standard_errors is None
+
+
 class TestBadInput:
     def test_nan_without_mask(self):
         data = CLEAN.copy()
@@ -449,6 +477,11 @@ class TestBadInput:
     def test_times_before_t0(self):
         with pytest.raises(ValueError, match=r"times\[0\] = 0 is before t0"):
             sciax.fit(GUESS, Y0, TIMES, CLEAN, params="omega", observe=position, rollout=ROLLOUT, t0=0.5)
+
+    @pytest.mark.parametrize("t0", [float("nan"), float("-inf")])
+    def test_non_finite_t0(self, t0):
+        with pytest.raises(ValueError, match=r"`t0` must be a finite time, got (nan|-inf)"):
+            sciax.fit(GUESS, Y0, TIMES, CLEAN, params="omega", observe=position, rollout=ROLLOUT, t0=t0)
 
     def test_times_off_the_step_grid(self):
         times = TIMES.copy()

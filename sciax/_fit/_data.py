@@ -30,6 +30,8 @@ def check_times(times, t0):
             f"times[{i + 1}] = {float(times[i + 1]):.10g}. Sort the observations by time (and merge repeats)."
         )
     t0 = float(times[0]) if t0 is None else float(t0)
+    if not np.isfinite(t0):
+        raise ValueError(f"fit: `t0` must be a finite time, got {t0!r}.")
     if times[0] < t0:
         raise ValueError(
             f"fit: observation times must lie in the integration range [t0, ...) with t0 = {t0:.10g}; "

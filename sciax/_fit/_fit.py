@@ -168,6 +168,8 @@ def _build_problem(system, state0, times, observed, params, rollout, transforms,
     layout = state_layout(state0)
     state_index = resolve_state_mask(fit_initial_state, state0, layout)
     per_leaf, state_transform = resolve_transforms(transforms, names, groups, state_index.size > 0)
+    if state_transform.fixed:  # transforms={"state0": Fixed()}: held at the value given
+        state_index = state_index[:0]
     leaves = jtu.tree_leaves(system)
     values = tuple(to_device(leaves[i], dtype) for i in leaf_index)
     blocks, start = [], 0

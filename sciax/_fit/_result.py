@@ -30,7 +30,8 @@ class FitResult(eqx.Module):
     - `loss`: the minimised objective ½ Σ rᵢ² over all residuals (data and, with multiple
       shooting, continuity); the chi-square is `2 * loss`.
     - `residuals`: the data residuals (model − observed)/sigma (sigma = 1 when not given) over
-      the observed (unmasked) entries, flattened in time-major order.
+      the observed (unmasked) entries: leaf by leaf of the `observe` output (one leaf for an
+      array output), each flattened in time-major order.
     - `continuity_residuals`: `continuity_weight · (segment end − next segment start)`, shape
       `(n_segments − 1, state size)` (empty for single shooting).
     - `covariance`: `(p, p)` Gauss–Newton covariance of the fitted values in `labels` order,

@@ -113,14 +113,30 @@ def _from_filter(system, spec, system_name):
     return [i for i, f in enumerate(flags) if f]
 
 
+class _Leaf:
+    """Stand-in for leaf `index` of the system: a selector is applied to a copy of the system
+    made of these, so what it returns is matched by position. Matching the real leaves by
+    identity would also pick every other field holding the same object (two fields with the
+    same float default, or one array passed to two fields)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
 def _from_selector(system, where, leaves, system_name):
-    nodes = where(system)
+    marked = jtu.tree_unflatten(jtu.tree_structure(system), [_Leaf(i) for i in range(len(leaves))])
+    try:
+        nodes = where(marked)
+    except Exception:  # noqa: BLE001 - e.g. arithmetic on a field: reported below as not a field
+        nodes = None
     if not isinstance(nodes, (tuple, list)):
         nodes = (nodes,)
     selected = []
     for node in nodes:
         node_leaves = jtu.tree_leaves(node)
-        hits = [i for node_leaf in node_leaves for i, leaf in enumerate(leaves) if leaf is node_leaf]
+        hits = [leaf.index for leaf in node_leaves if isinstance(leaf, _Leaf)]
         if not node_leaves or len(hits) < len(node_leaves):
             raise ValueError(
                 f"fit: the `params` selector returned {describe(node)}, which is not a field of the "
