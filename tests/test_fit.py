@@ -4,6 +4,7 @@ Compilation dominates the cost of a fit, so the tests share a few fit configurat
 same observe function, transforms, solver and data shapes hit the same compiled solve).
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -448,6 +449,28 @@ def test_fixed_transform_holds_the_initial_state():
                        rollout=sciax.Solve(), throw=False)
     np.testing.assert_array_equal(np.asarray(result.state0), [25.0, 5.0])
     assert result.labels == ("alpha",) and result.state0_standard_errors is None
+
+
+def test_multiple_shooting_segments_do_not_integrate_past_their_last_observation():
+    """Segments of unequal length share one scan; the short one (t in [0, 0.6]) of a model that
+    blows up at t = 1 must stop at its last save, or its unused frames are inf and reverse-mode
+    cotangents NaN (0 · inf)."""
+
+    class Blow(sciax.systems.AbstractODE):
+        a: jax.Array
+
+        def vector_field(self, t, y, args=None):
+            return self.a * y**2  # y = 1 / (1 - a t) from y(0) = 1
+
+    times = np.r_[np.linspace(0.0, 0.6, 7), np.linspace(0.61, 0.66, 6)]
+    observed = (1 / (1 - times))[:, None]
+    results = [sciax.fit(Blow(a=jnp.array(0.9)), jnp.array([1.0]), times, observed, params="a",
+                         rollout=sciax.Simulate(RK4(), dt=0.01), shooting=sciax.MultipleShooting(2, 10.0),
+                         jacobian=mode) for mode in ("forward", "reverse")]
+    for r in results:
+        assert r.converged
+        np.testing.assert_allclose(r.params["a"], 1.0, rtol=1e-7)  # RK4 error at dt = 0.01
+    np.testing.assert_allclose(results[0].params["a"], results[1].params["a"], rtol=1e-10)
 
 
 class TestBadInput:

@@ -50,6 +50,45 @@ class _SimulatePlan(eqx.Module):
     positions: jax.Array  # (n_segments, n_save) frame indices
     n_steps: int = eqx.field(static=True)
     save_every: int = eqx.field(static=True)
+    t_stop: jax.Array | None = None  # (n_segments,): time of each segment's last save, if they differ
+
+
+class _UntilTime(AbstractIntegrator):
+    """`inner`, stepping only while a step starts before `t_stop` (with half a step of slack);
+    later steps keep the carry. Multiple-shooting segments share one scan as long as the
+    longest segment: a shorter one must not integrate past its last save, which is wasted work
+    and, for a model that diverges there, turns unused frames into inf and reverse-mode
+    cotangents into NaN (0 · inf). Stepping back with -dt holds the same steps, so the
+    reversible adjoint reconstructs the carries exactly as before."""
+
+    inner: AbstractIntegrator
+    t_stop: jax.Array
+
+    @property
+    def order(self):
+        return self.inner.order
+
+    @property
+    def stochastic(self):
+        return self.inner.stochastic
+
+    @property
+    def reversible(self):
+        return self.inner.reversible
+
+    def init(self, system, t0, state, args):
+        return self.inner.init(system, t0, state, args)
+
+    def step(self, system, t, carry, dt, key, args):
+        new = self.inner.step(system, t, carry, dt, key, args)
+        go = t < self.t_stop - 0.5 * dt
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(go, a, b), new, carry)
+
+    def state(self, carry):
+        return self.inner.state(carry)
+
+    def check_system(self, system) -> None:
+        self.inner.check_system(system)
 
 
 class Simulate(AbstractRollout):
@@ -136,16 +175,19 @@ class Simulate(AbstractRollout):
         n_save = max(len(o) for o in offsets)
         positions = np.stack([np.pad(o // save_every, (0, n_save - len(o)), mode="edge") for o in offsets])
         seg_t0 = global_t0 + start_steps * self.dt
+        last = np.array([int(o.max()) for o in offsets])
         return _SimulatePlan(
             t0=to_device(seg_t0, dtype),
             positions=to_device(positions, np.int32),
             n_steps=n_steps,
             save_every=save_every,
+            t_stop=None if np.all(last == last[0]) else to_device(seg_t0 + last * self.dt, dtype),
         )
 
     def run(self, system, state0, plan, args):
+        integrator = self.integrator if plan.t_stop is None else _UntilTime(self.integrator, plan.t_stop)
         traj = simulate(
-            system, state0, integrator=self.integrator, dt=self.dt, n_steps=plan.n_steps,
+            system, state0, integrator=integrator, dt=self.dt, n_steps=plan.n_steps,
             save_every=plan.save_every, t0=plan.t0, args=args, adjoint=self.adjoint,
         )
         return jax.tree_util.tree_map(lambda x: x[plan.positions], traj.states)
