@@ -97,6 +97,11 @@ def simulate(
     step_offset = jnp.asarray(step_offset)
     if jnp.ndim(step_offset) != 0 or not jnp.issubdtype(step_offset.dtype, jnp.integer):
         raise TypeError(f"`step_offset` must be an integer scalar, got {describe(step_offset)}.")
+    if key is not None and is_concrete(step_offset) and int(step_offset) + n_steps > _MAX_KEYED_STEPS:
+        raise ValueError(
+            f"simulate: a stochastic run can take at most 2**32 steps: the key of step n is "
+            f"fold_in(key, n), which keeps 32 bits of n, so later steps would repeat earlier noise "
+            f"(step_offset={int(step_offset)}, n_steps={n_steps}). Continue with a new key instead.")
     componentwise = _use_componentwise_layout(system, state0)
     traj = _rollout(
         system, state0, integrator, dt, t0, key, args, observables, n_steps, save_every,
@@ -105,6 +110,9 @@ def simulate(
     if check_finite:
         traj = _check_finite(traj)
     return traj
+
+
+_MAX_KEYED_STEPS = 2**32  # jax.random.fold_in takes 32 bits of the step index
 
 
 def _validate(system, state0, integrator, dt, n_steps, save_every, key, observables, adjoint):
@@ -208,7 +216,7 @@ class _Frames(eqx.Module):
 
         def one_step(carry, n):
             n = step_offset + n
-            step_key = None if key is None else _step_key(key, n)
+            step_key = None if key is None else jr.fold_in(key, n)
             return self.integrator.step(system, self.time(t0, dt, n), carry, dt, step_key, args), None
 
         if isinstance(self.adjoint, CheckpointAdjoint) and self.adjoint.checkpoint_steps:
@@ -240,17 +248,6 @@ class _Frames(eqx.Module):
         if isinstance(self.adjoint, CheckpointAdjoint):
             block = jax.checkpoint(block)
         return lax.scan(block, carry0, jnp.arange(self.n_frames))
-
-
-def _step_key(key, n):
-    """The key of global step n, `fold_in(key, n)`. `fold_in` keeps the low 32 bits of n, so the
-    higher bits are folded in as well when they are set: steps 2³² apart get different noise,
-    and the keys of the first 2³² steps are unchanged."""
-    low = jr.fold_in(key, n)
-    if jnp.iinfo(n.dtype).bits <= 32:
-        return low
-    high = (n >> 32).astype(jnp.uint32)
-    return lax.cond(high > 0, lambda: jr.fold_in(low, high), lambda: low)
 
 
 @eqx.filter_custom_vjp

@@ -741,15 +741,18 @@ def test_harmonic_oscillator_exact_at_an_array_of_times():
         np.testing.assert_allclose(both.velocities[i], ho.exact(s0, t).velocities, rtol=1e-15)
 
 
-def test_step_keys_do_not_repeat_after_2_to_the_32_steps():
+def test_step_keys_never_repeat_silently_after_2_to_the_32_steps():
     ou, key = OrnsteinUhlenbeck(), jr.key(0)
 
     def one_step(offset):
         return sciax.simulate(ou, jnp.zeros(3), integrator=EulerMaruyama(), dt=0.01, n_steps=1, key=key,
                               step_offset=jnp.asarray(offset, jnp.int64)).final_state
 
-    assert not np.array_equal(one_step(7), one_step(7 + 2**32))
-    # below 2**32 the key of step n is fold_in(key, n), as documented
+    # fold_in keeps 32 bits of the step index: step 7 + 2**32 would reuse step 7's noise.
+    with pytest.raises(ValueError, match=r"a stochastic run can take at most 2\*\*32 steps"):
+        one_step(7 + 2**32)
+    one_step(2**32 - 1)  # the last step with its own key
+    # the key of step n is fold_in(key, n), as documented
     noise = jr.normal(jr.fold_in(key, 7), (3,), jnp.float64)
     manual = EulerMaruyama().step(ou, 0.07, jnp.zeros(3), 0.01, jr.fold_in(key, 7), None)
     np.testing.assert_allclose(one_step(7), manual, rtol=1e-15)
