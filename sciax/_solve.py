@@ -286,7 +286,7 @@ def _constant_steps(max_steps, t0, t1, dt0, dtype, adjoint):
             adjoint = dfx.RecursiveCheckpointAdjoint(checkpoints=max_steps)
         # The same n equal steps as with concrete times: steps of (t1 - t0) / n, n traced.
         t0, t1, dt0 = (jnp.asarray(t, dtype=dtype) for t in (t0, t1, dt0))
-        span = t1 - t0
+        span = eqx.error_if(t1 - t0, t1 < t0, "solve: `t1` must not be before `t0`.")
         n = _n_constant_steps(span, jax.lax.stop_gradient(dt0), dtype, jnp)
         return dfx.ConstantStepSize(), span / n, adjoint
     t0, t1, dt0 = (np.asarray(t, dtype=dtype) for t in (t0, t1, dt0))

@@ -87,11 +87,12 @@ def check_precision(system, state_dtype, where: str, what: str = "the system") -
     state to float64 inside the step (and `lax.scan` needs a fixed carry type). Casting the
     result back would be a silent downcast, so the user is asked to choose one precision."""
     wider = [
-        jtu.keystr(path)
+        jtu.keystr(path) or "(the value itself)"
         for path, leaf in jtu.tree_flatten_with_path(system)[0]
         if isinstance(leaf, jax.Array | np.ndarray) and jnp.issubdtype(leaf.dtype, jnp.floating)
         and not getattr(leaf, "weak_type", False)
-        and jnp.promote_types(leaf.dtype, state_dtype) != state_dtype
+        # a NumPy float64 array becomes float32 in JAX when x64 is off: judge what JAX will see
+        and jnp.promote_types(jax.dtypes.canonicalize_dtype(leaf.dtype), state_dtype) != state_dtype
     ]
     if wider:
         raise TypeError(

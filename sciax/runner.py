@@ -32,6 +32,7 @@ import json
 import math
 import sys
 import time
+import typing
 from pathlib import Path
 
 import equinox as eqx
@@ -122,21 +123,26 @@ class _Layout:
     def chunks(self) -> Path:
         return self.root / "chunks"
 
+    FILES: typing.ClassVar[dict] = {
+        "scenario": "scenario.toml", "trajectory": "trajectory.npz", "summary": "summary.json",
+        "observables_csv": "observables.csv", "states_csv": "states.csv", "plot": "plot.png",
+        "checkpoint": "checkpoint.npz"}
+
     def __getattr__(self, name):
-        files = {"scenario": "scenario.toml", "trajectory": "trajectory.npz", "summary": "summary.json",
-                 "observables_csv": "observables.csv", "states_csv": "states.csv", "plot": "plot.png",
-                 "checkpoint": "checkpoint.npz"}
-        if name in files:
-            return self.root / files[name]
+        if name in self.FILES:
+            return self.root / self.FILES[name]
         raise AttributeError(name)
 
     def chunk_file(self, first_frame: int) -> Path:
         return self.chunks / f"{_CHUNK_PREFIX}{first_frame:010d}.npz"
 
     def stale_temporaries(self) -> list[Path]:
-        """Temporary files of atomic writes (`.NAME.*.tmp`) left by a process that was killed."""
-        folders = [self.root, self.chunks] if self.chunks.is_dir() else [self.root]
-        return [p for d in folders for p in d.glob(".*.tmp")]
+        """Temporary files of the runner's own atomic writes (`.<output name>.*.tmp`) left by a
+        process that was killed; nothing else in the folder is touched."""
+        found = [p for n in self.FILES.values() for p in self.root.glob(f".{n}.*.tmp")]
+        if self.chunks.is_dir():
+            found += list(self.chunks.glob(f".{_CHUNK_PREFIX}*.npz.*.tmp"))
+        return found
 
     def chunk_files(self) -> list[Path]:
         if not self.chunks.is_dir():

@@ -31,12 +31,14 @@ def test_loaded_chain_positions_closed_form():
     assert bool(eq.converged)
 
 
-def test_stiff_chain_converges_at_round_off():
-    # k = 1e3 and a load of 100: round-off in ∇E is ~k |q| ε ~ 1e-12, above any fixed absolute
-    # bound near 1e-13; the result is exact and must be reported as converged (throw=True).
-    stiffness = jnp.full(4, 1e3)
-    eq = loaded_chain(stiffness, force=100.0)
-    expected = np.concatenate([[0.0], np.cumsum(L0 + 100.0 / np.asarray(stiffness))])
+@pytest.mark.parametrize(("k", "force"), [(1e3, 100.0), (1e5, 100.0), (1e6, 0.7), (1e6, 100.0), (1e8, 100.0)])
+def test_stiff_chain_converges_at_round_off(k, force):
+    # Round-off in ∇E is ~k |q| ε (1e-12 for k = 1e3), above any fixed absolute bound near 1e-13,
+    # and Newton's steps from the BFGS start are round-off from the first one. The result is
+    # exact and must be reported as converged (throw=True raises otherwise).
+    stiffness = jnp.full(4, k)
+    eq = loaded_chain(stiffness, force=force)
+    expected = np.concatenate([[0.0], np.cumsum(L0 + force / np.asarray(stiffness))])
     np.testing.assert_allclose(eq.positions[:, 0], expected, rtol=1e-12, atol=1e-12)
     assert bool(eq.converged)
 

@@ -325,8 +325,10 @@ def test_stale_temporary_files_of_a_killed_run_are_removed(tmp_path):
     run(scenario(LORENZ), tmp_path, resume=True, progress=False)
     assert not any(p.exists() for p in stale)
     stale[0].write_bytes(b"half")
+    mine = tmp_path / ".notes.txt.tmp"  # not the runner's: left alone
+    mine.write_text("user file")
     run(scenario(LORENZ), tmp_path, progress=False)  # a fresh run as well
-    assert not stale[0].exists()
+    assert not stale[0].exists() and mine.read_text() == "user file"
 
 
 def test_thermostatted_run_reports_no_energy_drift(tmp_path):

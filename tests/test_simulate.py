@@ -246,6 +246,28 @@ def test_wider_args_than_state_are_refused_by_simulate_and_solve():
         sciax.solve(Driven(), y32, t0=0.0, t1=1.0, args=jnp.array(1.0, jnp.float64))
     tr = sciax.simulate(Driven(), y32, integrator=si.RK4(), dt=0.1, n_steps=2, args=jnp.array(1.0, jnp.float32))
     assert tr.states.dtype == jnp.float32
+    with pytest.raises(TypeError, match=r"`args` has wider float parameters at \(the value itself\)"):
+        sciax.simulate(Driven(), y32, integrator=si.RK4(), dt=0.1, n_steps=2, args=np.float64(1.0) * np.ones(1))
+
+
+def test_numpy_float64_args_are_fine_when_x64_is_off():
+    """With x64 off (JAX's default) a NumPy float64 array becomes float32 in JAX: not refused."""
+    script = (
+        "import jax, jax.numpy as jnp, numpy as np, sciax\n"
+        "class Driven(sciax.systems.AbstractODE):\n"
+        "    def vector_field(self, t, y, args):\n"
+        "        return -args * y\n"
+        "tr = sciax.simulate(Driven(), jnp.ones(2), integrator=sciax.integrators.RK4(), dt=0.1, n_steps=2,"
+        " args=np.array([0.5]))\n"
+        "print(tr.states.dtype)\n"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "JAX_ENABLE_X64": "0"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "float32"
 
 
 def test_wider_parameters_than_state_are_refused_not_downcast():

@@ -198,6 +198,14 @@ def test_constant_steps_that_do_not_divide_the_span_are_equal_steps_also_when_tr
     assert jax.grad(final_x, argnums=1)(1.0, 0.3) == 0.0  # n is piecewise constant in dt0
 
 
+def test_traced_constant_steps_refuse_t1_before_t0():
+    run = jax.jit(lambda a, b: sciax.solve(VanDerPol(), jnp.array([2.0, 0.0]), t0=a, t1=b, solver="euler",
+                                           rtol=None, dt0=0.1).final_state)
+    # Equinox's runtime error (inside jit it reaches Python as a JaxRuntimeError with the message)
+    with pytest.raises(Exception, match="`t1` must not be before `t0`"):  # noqa: B017
+        jax.block_until_ready(run(1.0, 0.5))
+
+
 def test_float32_constant_steps_are_not_miscounted_by_rounding():
     # 0.6 / 0.1 in float32 is 6.0000001: still 6 steps.
     system = sciax.astype(VanDerPol(), jnp.float32)

@@ -89,6 +89,11 @@ def test_python_number_fields_are_sweepable():
         np.testing.assert_allclose(res.outputs[i], sciax.simulate(Decay(k=k), jnp.ones(1), **kw).final_state,
                                    rtol=1e-14)
     np.testing.assert_allclose(res.outputs[:, 0], np.exp(-np.array([0.5, 2.0])), rtol=1e-8)  # RK4 error
+    # A Python float takes the run's precision: a float32 state sweeps in float32 (x64 is on here).
+    res32 = sciax.sweep(Decay(), jnp.ones(1, jnp.float32), axes={"k": np.array([0.5, 2.0])}, simulate_kwargs=kw,
+                        output=final)
+    assert res32.outputs.dtype == jnp.float32
+    np.testing.assert_allclose(res32.outputs, res.outputs, rtol=1e-6)
 
 
 def test_whole_state_particle_state_and_where_axes():
@@ -271,6 +276,10 @@ def test_sel_matches_relatively_and_isel_keeps_the_failures_of_the_selected_memb
         assert res.sel(rho=value).outputs[0] == tiny[i]
     with pytest.raises(ValueError, match="no member with rho"):
         res.sel(rho=0.0)
+    # ... relative to the coordinates too: np.arange puts -2.2e-16 where 0 is meant
+    grid = np.arange(-1, 1.01, 0.1)
+    arange = sciax.sweep(Lorenz(), Y0, axes={"rho": grid}, run=lambda s, y, k: s.rho * jnp.ones(()))
+    assert arange.sel(rho=0.0).outputs == grid[10] and arange.sel(rho=0.3).outputs == grid[13]
     # Failures are selected by position, not by coordinate value (duplicates, NaN coordinates).
     grid = sciax.sweep(Lorenz(), Y0, axes={"state0[0]": jnp.array([1.0, jnp.nan]), "rho": jnp.array([5.0, 5.0])},
                        run=identity)

@@ -13,6 +13,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import jax.tree_util as jtu
 import numpy as np
 
 from .._validation import describe
@@ -198,13 +199,17 @@ def _resolve(name, spec, system, state0) -> ResolvedAxis:
             raise ValueError(f"sweep: axis {name!r}: index {list(index)} is out of range for an array "
                              f"of shape {shape}.")
         target = jnp.asarray(target)[index]
-    return _axis(name, coords, target, kind, attrs=attrs if kind == "state" else (root, *attrs), index=index)
+    return _axis(name, coords, target, kind, state0, attrs=attrs if kind == "state" else (root, *attrs), index=index)
 
 
-def _axis(name, coords, target, kind, **where) -> ResolvedAxis:
+def _axis(name, coords, target, kind, state0=None, **where) -> ResolvedAxis:
     if not isinstance(target, jax.Array | np.ndarray | float | int):
         raise ValueError(f"sweep: axis {name!r} targets {describe(target)}; an axis must target an array leaf.")
     shape, dtype = jnp.shape(target), jnp.result_type(target)
+    if isinstance(target, float) and state0 is not None:
+        # A Python float takes the run's precision (the state's), as it would in the step itself.
+        floats = [x for x in jtu.tree_leaves(state0) if jnp.issubdtype(jnp.result_type(x), jnp.floating)]
+        dtype = jnp.result_type(*floats) if floats else dtype
     if coords.shape[1:] != shape:
         raise ValueError(
             f"sweep: axis {name!r}: each value must have the shape of its target {shape}, so the "

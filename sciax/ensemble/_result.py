@@ -171,8 +171,10 @@ def _match(name, coords, value, method, positions) -> np.ndarray:
     diff = np.abs(coords.astype(float) - value.astype(float)).reshape(len(coords), -1).max(axis=1)
     if method == "nearest":
         return positions[diff == diff.min()]
-    scale = np.abs(value.astype(float)).max() if value.size else 0.0
-    hit = diff <= 1e-6 * scale  # relative: 1e-13 and 1e-12 are different coordinates; 0 matches 0 only
+    # Relative to the larger of the value and the coordinates: 1e-13 and 1e-12 stay apart, and
+    # 0.0 matches the -2.2e-16 that np.arange(-1, 1.01, 0.1) puts there.
+    scale = max(np.abs(value.astype(float)).max(initial=0.0), np.abs(coords.astype(float)).max(initial=0.0))
+    hit = diff <= 1e-6 * scale
     if hit.any():
         hit &= diff == diff[hit].min()  # the closest of the matches
     if not hit.any():
