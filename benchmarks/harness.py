@@ -752,7 +752,8 @@ def run_suites(suites: list[Suite], ctx: Context) -> dict:
           "same case, precision and size (above 1: sciax is faster). *compile* is measured apart "
           "and excluded from the median. Peak memory: [t] tracemalloc, [x] XLA buffer assignment "
           "(arguments + outputs + temporaries), [r] resident-set increase sampled during the first "
-          "call (approximate).", ""]
+          "call (a lower bound: memory that earlier rows returned to the allocator is reused, so "
+          "only the first row in a process is a fair peak).", ""]
     all_targets: list[Target] = []
     for name, res in results.items():
         header, rows, _ = table_rows(res)

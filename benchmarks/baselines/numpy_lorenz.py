@@ -65,10 +65,16 @@ def lorenz_ensemble(rho: np.ndarray, u0=(1.0, 0.0, 0.0), *, dt: float = 0.001, n
         for comp in range(3):
             o = out[comp]
             c0, j0 = terms[0]
-            np.multiply(ks[j0][comp], c0, out=o)
+            if c0 == 1.0:  # no pass for a unit coefficient (RK4's stage 4): bitwise the same
+                np.copyto(o, ks[j0][comp])
+            else:
+                np.multiply(ks[j0][comp], c0, out=o)
             for c, j in terms[1:]:
-                np.multiply(ks[j][comp], c, out=tmp)
-                o += tmp
+                if c == 1.0:
+                    o += ks[j][comp]
+                else:
+                    np.multiply(ks[j][comp], c, out=tmp)
+                    o += tmp
             o *= dt
             o += base[comp]
 

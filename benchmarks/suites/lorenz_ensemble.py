@@ -377,7 +377,8 @@ def _targets(ctx, result: SuiteResult) -> None:
                                              "not measured", None, "implementation unavailable"))
                 continue
             ratio = other.time_median_s / sc_at.time_median_s
-            met = ratio >= factor
+            # The bar is defined at 1e5 members; at another size the ratio is indicative only.
+            met = (ratio >= factor) if size == TARGET_SIZE else None
             other.bar, other.bar_met = f"sciax ≥ {factor:g}x", met
             result.targets.append(Target(NAME, f"RK4 {precision} B={fmt_size(size)}: sciax vs {impl}", bar,
                                          ratio, f"{ratio:.2f}x", met, note))
