@@ -38,7 +38,7 @@ def make_step(method: str, sigma: float, beta: float, dt: float):
     def combine(state, coeffs, ks):
         terms = [(c, k) for c, k in zip(coeffs, ks) if c != 0.0]
         return tuple(
-            s + dt * functools.reduce(operator.add, [c * k[i] for c, k in terms])
+            s + dt * functools.reduce(operator.add, [k[i] if c == 1.0 else c * k[i] for c, k in terms])
             for i, s in enumerate(state)
         )
 
