@@ -292,6 +292,32 @@ def test_sel_matches_relatively_and_isel_keeps_the_failures_of_the_selected_memb
     assert [f["index"] for f in zipped.isel(member=-1).failures] == [1]
     assert zipped.isel(member=0).failures == []
 
+    # The tolerance is relative to each coordinate, not to the axis's largest one: on a logspace
+    # axis 2e-4 is not 1e-4, and seed 6 is not seed 5 (both were silently "matched").
+    log = sciax.sweep(Lorenz(), Y0, axes={"rho": np.logspace(-6, 3, 10)}, run=lambda s, y, k: s.rho * jnp.ones(()))
+    for missing in [2e-4, 0.0, -5e-4, 1.0005]:
+        with pytest.raises(ValueError, match="no member with rho"):
+            log.sel(rho=missing)
+    assert log.sel(rho=1e-4).outputs == 1e-4 and log.sel(rho=1000.0).outputs == 1000.0
+    seeds = sciax.sweep(OrnsteinUhlenbeck(), jnp.zeros(1), axes={"seed": np.array([0, 5, 2**32 - 1])},
+                        run=lambda s, y, k: y)
+    with pytest.raises(ValueError, match="no member with seed = 6"):
+        seeds.sel(seed=6)
+    assert seeds.sel(seed=2**32 - 1).coords(0) == {"seed": 2**32 - 1}
+
+
+def test_sel_nearest_skips_nan_coordinates_and_a_selected_zip_member_keeps_its_coordinates():
+    res = sciax.sweep(Lorenz(), Y0, axes={"state0[0]": jnp.array([1.0, jnp.nan, 3.0])}, run=identity)
+    np.testing.assert_array_equal(res.sel(method="nearest", **{"state0[0]": 2.9}).outputs, [3.0, 0.0, 0.0])
+    zipped = sciax.sweep(Lorenz(), Y0, axes={"rho": jnp.array([1.0, 2.0]), "state0[0]": jnp.array([3.0, 4.0])},
+                         mode="zip", run=identity)
+    one = zipped.isel(member=1)
+    assert one.coords(0) == {"rho": 2.0, "state0[0]": 4.0}
+    with pytest.raises(ValueError, match="the member was already selected"):
+        one.sel(rho=2.0)
+    # A fully selected grid still reports its coordinates.
+    assert lorenz_grid().isel(rho=1).coords(2) == {"rho": 11.25, "state0[0]": 3.0}
+
 
 # The default run keeps the cost-ordered variant, which covers failure reporting too.
 @pytest.mark.parametrize("order", [pytest.param(None, marks=pytest.mark.slow), "cost"])
@@ -410,6 +436,19 @@ class TestBadInput:
             lorenz_grid(order="cost")
         with pytest.raises(ValueError, match=r"`devices=99` but this process has \d+ local device"):
             lorenz_grid(devices=99)
+
+    @pytest.mark.parametrize("axes", [
+        {"state0[0]": X0, "state0[-3]": X0},  # one component, two spellings
+        {"state0[1]": X0, "state0": jnp.ones((3, 3))},  # a component and the whole state
+        {"rho": RHO, "k": Axis(RHO, where=lambda s, y: s.rho)},  # a name and a `where`
+    ])
+    def test_two_axes_setting_the_same_value(self, axes):
+        with pytest.raises(ValueError, match="set the same value; one would silently overwrite the other"):
+            sciax.sweep(Lorenz(), Y0, axes=axes, simulate_kwargs=KW)
+
+    def test_complex_values_for_a_real_field(self):
+        with pytest.raises(ValueError, match=r"axis 'rho': its target holds real float64 values, got complex"):
+            sciax.sweep(Lorenz(), Y0, axes={"rho": np.array([1 + 2j])}, simulate_kwargs=KW)
 
     def test_empty_axes(self):
         with pytest.raises(TypeError, match="`axes` must be a non-empty dict"):

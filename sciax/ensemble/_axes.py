@@ -143,7 +143,49 @@ def resolve_axes(axes, system, state0) -> list[ResolvedAxis]:
             "{'rho': jnp.linspace(0, 30, 100), 'seed': jnp.arange(4)}; got "
             f"{describe(axes) if not isinstance(axes, dict) else 'an empty dict'}."
         )
-    return [_resolve(name, spec, system, state0) for name, spec in axes.items()]
+    resolved = [_resolve(name, spec, system, state0) for name, spec in axes.items()]
+    _check_disjoint(resolved, system, state0)
+    return resolved
+
+
+def _check_disjoint(resolved, system, state0):
+    """Refuse two axes that write the same value (e.g. 'state0[0]' and 'state0[-3]', or 'rho' and
+    an `Axis` whose `where` picks `rho`): the later one would silently win, and the result's
+    coordinates would name values a member never ran with.
+
+    Every element of every leaf of (system, state0) gets a unique integer id; each axis's
+    target is looked up in that tree of ids, and two axes overlap if their ids intersect.
+    """
+    counter = [0]
+
+    def ids(leaf):
+        shape = np.shape(leaf)
+        out = np.arange(counter[0], counter[0] + int(np.prod(shape)), dtype=np.int64).reshape(shape)
+        counter[0] += out.size
+        return out
+
+    id_system, id_state = jtu.tree_map(ids, (system, state0))
+    written = {}
+    for axis in resolved:
+        spec = axis.spec
+        if spec.kind == "seed":
+            continue
+        try:
+            if spec.kind == "where":
+                target = spec.where(id_system, id_state)
+            else:
+                target = id_system if spec.kind == "system" else id_state
+                for attr in spec.attrs:
+                    target = getattr(target, attr)
+                target = np.asarray(target)[spec.index] if spec.index is not None else target
+            elements = set(np.asarray(target).ravel().tolist())
+        except Exception:  # noqa: BLE001 - a `where` that cannot read the id tree: not checkable
+            continue
+        for other, seen in written.items():
+            if elements & seen:
+                raise ValueError(f"sweep: axes {other!r} and {axis.name!r} set the same value; one would "
+                                 "silently overwrite the other. Give each value one axis.")
+        written[axis.name] = elements
 
 
 def _resolve(name, spec, system, state0) -> ResolvedAxis:
@@ -217,6 +259,9 @@ def _axis(name, coords, target, kind, state0=None, **where) -> ResolvedAxis:
         )
     if jnp.issubdtype(dtype, jnp.floating) and not np.issubdtype(coords.dtype, np.number):
         raise ValueError(f"sweep: axis {name!r}: values must be numbers, got dtype {coords.dtype}.")
+    if not jnp.issubdtype(dtype, jnp.complexfloating) and np.issubdtype(coords.dtype, np.complexfloating):
+        raise ValueError(f"sweep: axis {name!r}: its target holds real {dtype} values, got complex values "
+                         f"({coords.dtype}); the imaginary part would be dropped.")
     values = np.asarray(coords, dtype=dtype)
     if not jnp.issubdtype(dtype, jnp.inexact) and not np.array_equal(values, coords):
         # e.g. Lorenz(rho=28) holds an integer: 24.5 would silently run as 24.

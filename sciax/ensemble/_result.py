@@ -57,9 +57,12 @@ class SweepResult:
         if not 0 <= index < self.n_members:
             raise IndexError(f"member index {index} out of range for {self.n_members} members.")
         if self.mode == "zip":
+            if MEMBER not in self.dims:  # one member, already selected: its coordinates are scalars
+                return {name: _scalar(c) for name, c in self.axes.items()}
             return {name: _scalar(c[index]) for name, c in self.axes.items()}
-        position = np.unravel_index(index, self.shape)
-        return {name: _scalar(self.axes[name][i]) for name, i in zip(self.dims, position)}
+        position = dict(zip(self.dims, np.unravel_index(index, self.shape)))
+        # Axes already selected (by isel/sel) hold their one coordinate.
+        return {name: _scalar(c[position[name]] if name in position else c) for name, c in self.axes.items()}
 
     def sel(self, method: str | None = None, **coords) -> "SweepResult":
         """Select members by coordinate value: `result.sel(rho=24.5, seed=3).outputs`.
@@ -134,6 +137,9 @@ class SweepResult:
                 raise ValueError(f"sel: {name!r} is not an axis of this sweep; axes: {list(self.axes)}.")
             if self.mode == "grid" and name not in self.dims:
                 raise ValueError(f"sel: axis {name!r} was already selected; remaining dims: {list(self.dims)}.")
+            if self.mode == "zip" and MEMBER not in self.dims:
+                raise ValueError(f"sel: the member was already selected ({self.coords(0)}); nothing is left "
+                                 "to select.")
 
     def __repr__(self) -> str:
         dims = ", ".join(f"{d}: {n}" for d, n in zip(self.dims, self.shape))
@@ -168,17 +174,27 @@ def _match(name, coords, value, method, positions) -> np.ndarray:
     value = np.asarray(value)
     if value.shape != coords.shape[1:]:
         raise ValueError(f"sel: a value of axis {name!r} has shape {coords.shape[1:]}, got {value.shape}.")
-    diff = np.abs(coords.astype(float) - value.astype(float)).reshape(len(coords), -1).max(axis=1)
+    c = coords.astype(float).reshape(len(coords), -1)
+    v = value.astype(float).reshape(-1)
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(c - v).max(axis=1)
+    diff = np.where(np.isnan(diff), np.inf, diff)  # a NaN coordinate matches nothing
     if method == "nearest":
+        if not np.isfinite(diff).any():
+            raise ValueError(f"sel: no coordinate of axis {name!r} is comparable with {value.tolist()} (NaN).")
         return positions[diff == diff.min()]
-    # Relative to the larger of the value and the coordinates: 1e-13 and 1e-12 stay apart, and
-    # 0.0 matches the -2.2e-16 that np.arange(-1, 1.01, 0.1) puts there.
-    scale = max(np.abs(value.astype(float)).max(initial=0.0), np.abs(coords.astype(float)).max(initial=0.0))
-    hit = diff <= 1e-6 * scale
+    # Exact up to rounding: a relative difference of at most 1e-6 of the larger of the two
+    # (so on a logspace axis 2e-4 does not match 1e-4, and 1e-13 stays apart from 1e-12),
+    # or a few ulps of the axis's scale (0.0 matches the -2.2e-16 that
+    # np.arange(-1, 1.01, 0.1) puts there). Integer axes match exactly.
+    magnitude = np.maximum(np.abs(c).max(axis=1, initial=0.0), np.abs(v).max(initial=0.0))
+    eps = np.finfo(coords.dtype).eps if np.issubdtype(coords.dtype, np.inexact) else 0.0
+    floor = 4 * eps * np.abs(c[np.isfinite(c)]).max(initial=0.0)
+    hit = diff <= np.maximum(1e-6 * magnitude, floor)
     if hit.any():
         hit &= diff == diff[hit].min()  # the closest of the matches
     if not hit.any():
-        nearest = coords[np.argsort(diff)[:3]]
+        nearest = coords[np.argsort(diff, kind="stable")[:3]]
         raise ValueError(
             f"sel: no member with {name} = {value.tolist()}; nearest values: "
             f"{[np.asarray(c).tolist() for c in nearest]}. Use sel(..., method='nearest')."
