@@ -32,8 +32,10 @@ def initialize_distributed(
     1. the arguments;
     2. `SCIAX_COORDINATOR` (`host:port` of process 0), `SCIAX_NUM_PROCESSES`,
        `SCIAX_PROCESS_ID`;
-    3. a SLURM job step with more than one task (`SLURM_NTASKS > 1`): JAX detects the
-       coordinator, process count and id from SLURM's variables;
+    3. a SLURM job step with more than one task (inside `srun`: `SLURM_STEP_NODELIST` set and
+       `SLURM_STEP_NUM_TASKS > 1`): JAX detects the coordinator, process count and id from
+       SLURM's variables. A batch script or `salloc` shell outside `srun` has the job's
+       variables but no job step, and runs single-process;
     4. otherwise nothing is started and the run is single-process.
 
     On CPU, cross-process collectives need an implementation: this selects Gloo
@@ -72,12 +74,22 @@ def initialize_distributed(
             local_device_ids=local_device_ids, initialization_timeout=initialization_timeout,
         )
         return True
-    if _env_int("SLURM_NTASKS", default=1) > 1 and "SLURM_JOB_ID" in os.environ:
+    if _in_slurm_step():
         _select_cpu_collectives()
         jax.distributed.initialize(local_device_ids=local_device_ids,
                                    initialization_timeout=initialization_timeout)
         return True
     return False
+
+
+def _in_slurm_step() -> bool:
+    """Inside `srun` with more than one task. JAX reads the coordinator from
+    `SLURM_STEP_NODELIST`, which only a job step has; `SLURM_NTASKS` alone is also set in a
+    batch script, where starting the runtime would fail."""
+    if "SLURM_JOB_ID" not in os.environ or not os.environ.get("SLURM_STEP_NODELIST"):
+        return False
+    tasks = _env_int("SLURM_STEP_NUM_TASKS", default=_env_int("SLURM_NTASKS", default=1))
+    return tasks > 1 and "SLURM_PROCID" in os.environ
 
 
 def _select_cpu_collectives():
@@ -136,6 +148,13 @@ def member_mesh(devices=None) -> Mesh:
         chosen = list(devices)
         if not chosen or not all(isinstance(d, jax.Device) for d in chosen):
             raise TypeError(f"sweep: `devices` must be None, an int, a list of jax devices or a Mesh, got {devices!r}.")
+        foreign = [d for d in chosen if d.process_index != jax.process_index()]
+        if foreign:
+            raise ValueError(
+                f"sweep: `devices` holds {len(foreign)} device(s) of other processes (e.g. {foreign[0]}); "
+                "in a multi-process run each process shards its share of members over its own devices: "
+                "pass jax.local_devices() (the default) or a subset of them."
+            )
     return Mesh(np.array(chosen), (MEMBER_AXIS,))
 
 
@@ -151,10 +170,20 @@ def replicated(mesh: Mesh) -> NamedSharding:
 def allgather(tree):
     """Gather a pytree of host arrays from every process, stacked on a new leading process axis.
 
-    Every process must call this with arrays of the same shapes and dtypes.
+    Every process must call this with arrays of the same shapes and dtypes. The gather runs
+    over a mesh of one device per process, so processes may have different numbers of local
+    devices (nodes with different GPU counts).
     """
     if jax.process_count() == 1:
         return jax.tree_util.tree_map(lambda x: np.asarray(x)[None], tree)
-    from jax.experimental import multihost_utils
-
-    return jax.tree_util.tree_map(np.asarray, multihost_utils.process_allgather(tree, tiled=False))
+    n = jax.process_count()
+    firsts = [min((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id) for p in range(n)]
+    mesh = Mesh(np.array(firsts), ("processes",))
+    mine = firsts[jax.process_index()]
+    stacked, replicated_ = NamedSharding(mesh, PartitionSpec("processes")), NamedSharding(mesh, PartitionSpec())
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    local = [np.asarray(x) for x in leaves]
+    global_ = [jax.make_array_from_single_device_arrays((n, *x.shape), stacked, [jax.device_put(x[None], mine)])
+               for x in local]
+    gathered = jax.jit(lambda xs: xs, out_shardings=replicated_)(global_)
+    return jax.tree_util.tree_unflatten(treedef, [np.asarray(g.addressable_data(0)) for g in gathered])

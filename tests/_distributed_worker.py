@@ -63,6 +63,12 @@ def main(path):
     started = initialize_distributed(initialization_timeout=60)
     assert started, "SCIAX_* environment variables were not set"
     result, local, single = case(), case(gather=False), one_member()
+    try:  # every process's devices: a process can only shard its share over its own
+        sciax.sweep(sciax.systems.Lorenz(), np.array([1.0, 0.0, 0.0]), axes={"rho": np.array([28.0])},
+                    run=lambda system, y0, key: y0, devices=jax.devices())
+        foreign_devices_error = ""
+    except ValueError as e:
+        foreign_devices_error = str(e)
     np.savez(
         path,
         process_index=jax.process_index(),
@@ -81,6 +87,7 @@ def main(path):
         one_outputs=single.outputs,
         one_mean=single.reductions["mean"],
         one_process_members=single.info["process_members"],
+        foreign_devices_error=foreign_devices_error,
     )
     jax.distributed.shutdown()
 

@@ -23,14 +23,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(n_processes, tmp_path, local_devices=1):
-    """Start `n_processes` workers; wait for all; kill every child if one fails or hangs."""
+def launch(n_processes, tmp_path, local_devices=(1,)):
+    """Start `n_processes` workers (process i with `local_devices[i % len]` CPU devices); wait for
+    all; kill every child if one fails or hangs."""
     port = free_port()
     procs, logs = [], []
     for i in range(n_processes):
         env = dict(os.environ, SCIAX_COORDINATOR=f"127.0.0.1:{port}", SCIAX_NUM_PROCESSES=str(n_processes),
                    SCIAX_PROCESS_ID=str(i), JAX_PLATFORMS="cpu",
-                   XLA_FLAGS=f"--xla_force_host_platform_device_count={local_devices}")
+                   XLA_FLAGS=f"--xla_force_host_platform_device_count={local_devices[i % len(local_devices)]}")
         log = open(tmp_path / f"worker{i}.log", "w")  # noqa: SIM115 - closed below
         logs.append(log)
         procs.append(subprocess.Popen([sys.executable, str(HERE / "_distributed_worker.py"),
@@ -64,11 +65,13 @@ def test_two_processes_equal_one(tmp_path):
         sys.path.remove(str(HERE))
     single = worker.case()  # this process: 4 local devices, one process
     one = worker.one_member()
-    outs = launch(2, tmp_path, local_devices=2)
+    # Unequal local device counts (nodes with different GPU counts): the final gather runs over
+    # one device per process, so it does not need them equal.
+    outs = launch(2, tmp_path, local_devices=(1, 3))
     shares = []
     for p, out in enumerate(outs):
         assert int(out["process_index"]) == p and int(out["process_count"]) == 2
-        assert int(out["global_devices"]) == 4  # 2 processes x 2 local devices
+        assert int(out["global_devices"]) == 4  # 1 + 3 local devices
         np.testing.assert_array_equal(out["outputs"], single.outputs)  # bitwise, failed members' NaNs too
         np.testing.assert_array_equal(out["ok"], single.ok)
         assert out["failure_index"].tolist() == [f["index"] for f in single.failures] == [2, 5, 8, 11, 14]
@@ -83,6 +86,7 @@ def test_two_processes_equal_one(tmp_path):
         np.testing.assert_array_equal(out["one_outputs"], one.outputs)
         np.testing.assert_array_equal(out["one_mean"], one.reductions["mean"])
         assert out["one_process_members"].tolist() == ([0, 1] if p == 0 else [1, 1])
+        assert "device(s) of other processes" in str(out["foreign_devices_error"])
     assert np.array_equal(np.sort(np.concatenate(shares)), np.arange(15))  # no member twice, none missing
     assert [len(s) for s in shares] == [8, 7]
 
@@ -90,13 +94,30 @@ def test_two_processes_equal_one(tmp_path):
 # ------------------------------------------------------------------- starting the runtime
 @pytest.fixture
 def clean_env(monkeypatch):
-    for name in ("SCIAX_COORDINATOR", "SCIAX_NUM_PROCESSES", "SCIAX_PROCESS_ID", "SLURM_NTASKS", "SLURM_JOB_ID"):
+    for name in ("SCIAX_COORDINATOR", "SCIAX_NUM_PROCESSES", "SCIAX_PROCESS_ID", "SLURM_NTASKS", "SLURM_JOB_ID",
+                 "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_TASKS", "SLURM_PROCID"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
 
 def test_single_process_without_settings(clean_env):
     assert parallel.initialize_distributed() is False
+
+
+def test_slurm_batch_script_outside_srun_is_single_process(clean_env):
+    """`sbatch --ntasks=4` sets the job's variables in the batch script itself, where there is
+    no job step (no SLURM_STEP_NODELIST) for JAX to read a coordinator from: run single-process
+    instead of failing."""
+    for name, value in dict(SLURM_JOB_ID="200505", SLURM_NTASKS="4", SLURM_PROCID="0",
+                            SLURM_NODELIST="gnode[10,20,25,37]").items():
+        clean_env.setenv(name, value)
+    assert parallel.initialize_distributed() is False
+    assert not parallel._in_slurm_step()
+    clean_env.setenv("SLURM_STEP_NODELIST", "gnode[10,20,25,37]")
+    clean_env.setenv("SLURM_STEP_NUM_TASKS", "4")
+    assert parallel._in_slurm_step()  # inside srun: JAX's SLURM detection takes over
+    clean_env.setenv("SLURM_STEP_NUM_TASKS", "1")
+    assert not parallel._in_slurm_step()
 
 
 def test_partial_settings_name_what_is_missing(clean_env):
