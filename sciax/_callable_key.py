@@ -17,10 +17,13 @@ as without this module. A function is keyed only when everything it can reach is
   (`jnp`, `jnp.sin`, `lax.scan`, `np.sum`, `math.sqrt`, `sciax.systems.Lorenz`, builtins),
   compared by identity; a function's library status comes from the module it was defined in,
   a class's from being found under its name in its module, a jitted wrapper's from the
-  function it wraps; nothing bound to an object (`self`) counts;
+  function it wraps; a library function that wraps or closes over anything but immutable
+  values and library code (`jax.grad(f)`, `jax.vmap(f)`, `jnp.vectorize(f)` of a user `f`)
+  is not library code; nothing bound to an object (`self`) counts;
 - another plain function that satisfies these rules (to a depth of `_MAX_DEPTH`),
 
-reached through its defaults, closure cells and the globals its code names, and when its code
+reached through its defaults, closure cells and the globals its code loads (attribute names
+such as `s.omega` are not globals), and when its code
 does not import, nor name `getattr`, `setattr`, `vars`, `globals`, `locals`, `eval`, `exec`,
 `__import__` or `__dict__` (reads the key cannot see). Everything else — a dict, list, set,
 NumPy array, user module, user class or instance, `functools.partial`, a function with
@@ -82,7 +85,15 @@ def _library_code(x) -> bool:
         home = sys.modules.get(x.__module__)
         return _library_name(x.__module__) and getattr(home, x.__name__, None) is x
     if isinstance(x, types.FunctionType):
-        return _library_name(x.__globals__.get("__name__"))
+        if not _library_name(x.__globals__.get("__name__")):
+            return False
+        # A wrapper a library made around user code (`jax.grad(f)`, `jax.vmap(f)`,
+        # `jnp.vectorize(f)`, `jax.checkpoint(f)`) lives in the library but runs `f`: judge what
+        # it wraps and what it closes over, not where the wrapper was defined.
+        target = inspect.unwrap(x)
+        if target is not x and not _library_code(target):
+            return False
+        return all(_inert(cell.cell_contents, _MAX_DEPTH) for cell in x.__closure__ or ())
     if isinstance(x, types.BuiltinFunctionType):  # `len`, `math.sqrt`; not `np.random.rand`
         return isinstance(x.__self__, types.ModuleType) and _library_name(x.__self__.__name__)
     if type(x) is np.ufunc:
@@ -93,13 +104,38 @@ def _library_code(x) -> bool:
     return False
 
 
+def _inert(x, depth) -> bool:
+    """Captured by a library function without making it depend on user code: an immutable value
+    (number, string, None, NumPy scalar, JAX array, tuple of these) or library code."""
+    if depth <= 0:
+        return False
+    if x is None or type(x) in (bool, int, float, complex, str, bytes) or isinstance(x, jax.Array):
+        return True
+    if isinstance(x, np.generic) and not isinstance(x, np.void):
+        return True
+    if type(x) is tuple:
+        return all(_inert(v, depth - 1) for v in x)
+    try:
+        return bool(_library_code(x)) if not isinstance(x, types.FunctionType) else (
+            _library_name(x.__globals__.get("__name__")) and inspect.unwrap(x) is x
+            and all(_inert(c.cell_contents, depth - 1) for c in x.__closure__ or ()))
+    except ValueError:  # an empty closure cell
+        return False
+
+
+_GLOBAL_READS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL", "STORE_NAME", "DELETE_NAME"})
+
+
 def _code_names(code):
     """Global names the code (and code nested in it) reads; refuses imports and hidden reads."""
-    if any(ins.opname in _IMPORTS for ins in dis.get_instructions(code)):
+    instructions = list(dis.get_instructions(code))
+    if any(ins.opname in _IMPORTS for ins in instructions):
         raise _Unkeyable
-    names = set(code.co_names)
-    if names & _HIDDEN_READS:
+    if set(code.co_names) & _HIDDEN_READS:  # attribute names too: `x.__dict__`
         raise _Unkeyable
+    # Only names the code looks up as globals (not attribute names such as `s.omega`, which a
+    # user global `omega` holding an array would otherwise make unkeyable).
+    names = {ins.argval for ins in instructions if ins.opname in _GLOBAL_READS}
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _code_names(const)

@@ -64,6 +64,52 @@ def test_functions_that_can_reach_mutable_state_are_left_unwrapped():
         assert by_code(fn) is fn
 
 
+GAIN = 1.0
+
+
+def _potential(x):
+    return 0.5 * GAIN * jnp.sum(x**2)
+
+
+_FORCE = jax.grad(_potential)  # a library wrapper (defined in jax) around user code
+_SENSOR = jnp.vectorize(lambda x: GAIN * x)
+
+
+def test_library_wrappers_around_user_code_are_judged_by_what_they_wrap():
+    """`jax.grad(f)`, `jax.vmap(f)`, `jnp.vectorize(f)`, `jax.checkpoint(f)` return functions
+    defined in jax that run `f`: a lambda calling one must see a global `f` reads change (it
+    was keyed as library code, so a rebound GAIN reused the stale program)."""
+    global GAIN
+    system, y0 = DampedDrivenOscillator(omega=2.0, zeta=0.1), jnp.array([1.0, 0.0])
+    kw = dict(integrator=RK4(), dt=0.01, n_steps=4, save_every=2)
+    for wrap in (jax.grad, jax.vmap, jnp.vectorize, jax.checkpoint, jax.jacfwd):
+        assert by_code(wrap(_potential)) is not None
+    try:
+        results = []
+        for gain in (1.0, 10.0):
+            GAIN = gain
+            traj = sciax.simulate(system, y0, **kw, observables={"f": lambda t, y, s: _FORCE(y)[0] + _SENSOR(y)[1]})
+            results.append(np.asarray(traj.observables["f"]))
+        np.testing.assert_allclose(results[1], 10 * results[0], rtol=1e-12)
+    finally:
+        GAIN = 1.0
+    # Library functions that close over nothing of the user's are still keyed by identity.
+    assert isinstance(by_code(lambda y: jnp.sin(y) + jnp.sum(y) + jax.nn.relu(y)), type(by_code(lambda y: y)))
+
+
+def test_attribute_names_are_not_taken_for_globals():
+    """`s.omega` reads an attribute: a user global that happens to be called `omega` (a NumPy
+    array, which is not keyable) must not stop the lambda from being keyed."""
+    sys.modules[__name__].omega = np.ones(3)
+    try:
+        fn = lambda t, y, s: s.omega * y[0]  # noqa: E731
+        assert by_code(fn) is not fn
+        uses_global = lambda t, y, s: omega * y[0]  # noqa: E731, F821
+        assert by_code(uses_global) is uses_global
+    finally:
+        del sys.modules[__name__].omega
+
+
 def test_mutable_state_read_by_a_new_lambda_is_seen_by_simulate_fit_and_sweep():
     system, y0 = DampedDrivenOscillator(omega=2.0, zeta=0.1), jnp.array([1.0, 0.0])
     cfg = {"gain": 1.0}
