@@ -146,8 +146,73 @@ def test_bad_tableau_rejected():
         si.ButcherTableau(a=((), (0.3,)), b=(0.5, 0.5), c=(0.0, 1.0), order=2)
 
 
+    with pytest.raises(ValueError, match="every coefficient must be finite"):
+        si.ButcherTableau(a=((), (0.5,)), b=(np.nan, 1.0), c=(0.0, 0.5), order=2)
+    with pytest.raises(ValueError, match="`order` must be an integer >= 1, got 'two'"):
+        si.ButcherTableau(a=((), (0.5,)), b=(0.0, 1.0), c=(0.0, 0.5), order="two")
+    with pytest.raises(ValueError, match="`a` must be a sequence of rows"):
+        si.ButcherTableau(a=(0.0, 0.5), b=(0.0, 1.0), c=(0.0, 0.5), order=2)
+    with pytest.raises(ValueError, match="`kT` must be finite and >= 0, got inf"):
+        si.LangevinBAOAB(kT=np.inf, friction=1.0)
+
+
+def test_tableau_from_numpy_arrays_keeps_float32_and_is_hashable():
+    """Coefficients given as NumPy float64 (not weakly typed in JAX) promoted a float32 state,
+    and arrays made the tableau unhashable, breaking the jit cache for the next ExplicitRK."""
+    midpoint = si.ButcherTableau(a=[np.array([]), np.array([0.5])], b=np.array([0.0, 1.0]),
+                                 c=np.array([0.0, 0.5]), order=np.int64(2))
+    assert hash(midpoint) == hash(si.ButcherTableau(a=((), (0.5,)), b=(0.0, 1.0), c=(0.0, 0.5), order=2))
+    y0 = jnp.array([0.3], jnp.float32)
+    kw = dict(dt=0.1, n_steps=20)
+    a = sciax.simulate(ForcedDecay(), y0, integrator=si.ExplicitRK(midpoint), **kw)
+    assert a.states.dtype == jnp.float32
+    np.testing.assert_array_equal(a.states, sciax.simulate(ForcedDecay(), y0, integrator=si.Midpoint(), **kw).states)
+    heun = si.ButcherTableau(a=((), (1.0,)), b=(0.5, 0.5), c=(0.0, 1.0), order=2)
+    b = sciax.simulate(ForcedDecay(), y0, integrator=si.ExplicitRK(heun), **kw)  # a second tableau
+    np.testing.assert_array_equal(b.states, sciax.simulate(ForcedDecay(), y0, integrator=si.Heun(), **kw).states)
+
+
+def test_deterministic_integrators_refuse_sdes():
+    """RK4 on an SDE integrated the drift alone: Var[X_1] = 0 instead of (1 - e^-2)/2."""
+    with pytest.raises(TypeError, match="RK4 is deterministic: on the SDE OrnsteinUhlenbeck .* drop the noise"):
+        sciax.simulate(sciax.systems.OrnsteinUhlenbeck(), jnp.zeros(3), integrator=si.RK4(), dt=0.1,
+                       n_steps=2, key=jr.key(0))
+
+
+def test_sde_noise_does_not_depend_on_the_component_layout(key):
+    """A system with `n_components` is stepped as a tuple of scalars; its noise must equal the
+    array layout's, so step n is `EulerMaruyama().step(..., fold_in(key, n), ...)` either way."""
+    from typing import ClassVar
+
+    from sciax.systems import AbstractSDE
+    from sciax.systems._base import components, like
+
+    class Pair(AbstractSDE):
+        def vector_field(self, t, y, args=None):
+            x, v = components(y, 2, "Pair")
+            return like(y, -x, -v)
+
+        def diffusion(self, t, y, args=None):
+            x, v = components(y, 2, "Pair")
+            return like(y, 1.0 + 0 * x, 2.0 + 0 * v)
+
+    class PairComponentwise(Pair):
+        n_components: ClassVar[int] = 2
+
+    kw = dict(integrator=si.EulerMaruyama(), dt=0.01, n_steps=3, key=key)
+    y0 = jnp.zeros(2)
+    a = sciax.simulate(Pair(), y0, **kw).final_state
+    b = sciax.simulate(PairComponentwise(), y0, **kw).final_state
+    np.testing.assert_array_equal(a, b)
+    manual = y0
+    for n in range(3):
+        manual = si.EulerMaruyama().step(Pair(), n * 0.01, manual, 0.01, jr.fold_in(key, n), None)
+    np.testing.assert_allclose(b, manual, rtol=1e-15, atol=1e-15)
+
+
 def test_langevin_baoab_samples_boltzmann_harmonic(key):
-    """BAOAB samples q exactly from exp(-U/kT) for a harmonic well: <q^2> = kT/k, <v^2> = kT/m."""
+    """BAOAB samples q exactly from exp(-U/kT) for a harmonic well (<q^2> = kT/k at any dt), and
+    v from its own discrete stationary distribution (<v^2> slightly below kT/m at finite dt)."""
     kT, k, m = 0.7, 2.0, 1.5
     system = HarmonicOscillator(stiffness=k, masses=m)
     n_members, n_frames = 256, 200
@@ -160,9 +225,18 @@ def test_langevin_baoab_samples_boltzmann_harmonic(key):
     states = jax.vmap(run)(jr.split(key, n_members))
     q = np.asarray(states.positions[:, 20:, 0])  # drop 60 time units of equilibration
     v = np.asarray(states.velocities[:, 20:, 0])
+    # BAOAB's exact stationary covariance for this linear map (discrete Lyapunov equation
+    # Σ = F Σ Fᵀ + g gᵀ): <q²> = kT/k exactly, <v²> = kT/m (1 − (hω)²/4), 3% low at h = 0.3.
+    h, c1 = 0.3, np.exp(-1.0 * 0.3)
+    kick, drift = np.array([[1, 0], [-h / 2 * k / m, 1]]), np.array([[1, h / 2], [0, 1]])
+    transition = kick @ drift @ np.diag([1, c1]) @ drift @ kick
+    noise = kick @ drift @ np.array([0, np.sqrt((1 - c1**2) * kT / m)])
+    cov = np.linalg.solve(np.eye(4) - np.kron(transition, transition), np.outer(noise, noise).ravel()).reshape(2, 2)
+    np.testing.assert_allclose(cov[0, 0], kT / k, rtol=1e-12)
+    np.testing.assert_allclose(cov[1, 1], kT / m * (1 - (h**2 * k / m) / 4), rtol=1e-12)
     # Samples are correlated within a member; use the spread of the per-member means as the
     # standard error (members are independent): SE = std(member means) / sqrt(n_members).
-    for samples, expected in ((q**2, kT / k), (v**2, kT / m)):
+    for samples, expected in ((q**2, cov[0, 0]), (v**2, cov[1, 1])):
         member_means = samples.mean(axis=1)
         se = member_means.std(ddof=1) / np.sqrt(n_members)
         assert abs(member_means.mean() - expected) < 4 * se, (member_means.mean(), expected, se)

@@ -16,7 +16,7 @@ import equinox as eqx
 import jax.tree_util as jtu
 import numpy as np
 
-from ..systems._base import AbstractODE
+from ..systems._base import AbstractODE, AbstractSDE
 from ._base import AbstractIntegrator
 
 
@@ -35,6 +35,21 @@ class ButcherTableau:
     order: int
 
     def __post_init__(self):
+        # Python floats, whatever was passed (NumPy arrays, float64 scalars): weakly typed, so a
+        # float32 state stays float32, and hashable, so the tableau is usable as static data.
+        try:
+            a = tuple(tuple(float(x) for x in row) for row in self.a)
+            b = tuple(float(x) for x in self.b)
+            c = tuple(float(x) for x in self.c)
+        except TypeError as err:
+            raise ValueError("ButcherTableau: `a` must be a sequence of rows (sequences of numbers), `b` and "
+                             f"`c` sequences of numbers; got a={self.a!r}, b={self.b!r}, c={self.c!r}.") from err
+        if not all(np.isfinite(x) for x in (*b, *c, *(x for row in a for x in row))):
+            raise ValueError(f"ButcherTableau: every coefficient must be finite, got a={a}, b={b}, c={c}.")
+        if isinstance(self.order, bool) or not isinstance(self.order, int | np.integer) or self.order < 1:
+            raise ValueError(f"ButcherTableau: `order` must be an integer >= 1, got {self.order!r}.")
+        for name, value in (("a", a), ("b", b), ("c", c), ("order", int(self.order))):
+            object.__setattr__(self, name, value)
         s = len(self.b)
         if len(self.c) != s or len(self.a) != s:
             raise ValueError(f"ButcherTableau: a, b and c must all have {s} stages.")
@@ -82,6 +97,12 @@ class AbstractExplicitRK(AbstractIntegrator):
             raise TypeError(
                 f"{type(self).__name__} steps an AbstractODE (anything with vector_field), "
                 f"got {type(system).__name__}."
+            )
+        if isinstance(system, AbstractSDE):
+            raise TypeError(
+                f"{type(self).__name__} is deterministic: on the SDE {type(system).__name__} it would integrate "
+                "the drift alone and silently drop the noise. Use a stochastic integrator "
+                "(sciax.integrators.EulerMaruyama) with a `key`."
             )
 
 
@@ -142,7 +163,8 @@ class Tsit5(AbstractExplicitRK):
 
 
 class Dopri8(AbstractExplicitRK):
-    """Dormand–Prince 8(5,3) solution weights at a fixed step (12 stages): order 8."""
+    """Prince–Dormand 8(7) solution weights at a fixed step (Diffrax's `Dopri8` tableau: 14
+    stages, of which 13 carry weight; XLA drops the unused one): order 8."""
 
     tableau: ClassVar[ButcherTableau] = DOPRI8
     order: ClassVar[int] = 8

@@ -15,7 +15,14 @@ from ._base import AbstractIntegrator
 
 
 def _normal_like(key, tree):
+    """N(0, 1) noise shaped like `tree`. A state of n scalar leaves of one dtype (how `simulate`
+    steps a system with `n_components`) gets the same draws as the (n,) array it stands for,
+    so a sample path does not depend on that internal layout."""
     leaves, treedef = jtu.tree_flatten(tree)
+    dtypes = {jnp.result_type(x) for x in leaves}
+    if len(leaves) > 1 and len(dtypes) == 1 and all(jnp.shape(x) == () for x in leaves):
+        xi = jr.normal(jr.split(key, 1)[0], (len(leaves),), dtypes.pop())
+        return jtu.tree_unflatten(treedef, [xi[i] for i in range(len(leaves))])
     keys = jr.split(key, len(leaves))
     return jtu.tree_unflatten(
         treedef, [jr.normal(k, jnp.shape(x), jnp.result_type(x)) for k, x in zip(keys, leaves)]
@@ -71,8 +78,8 @@ class LangevinBAOAB(AbstractIntegrator):
             value = getattr(self, name)
             if jnp.ndim(value) != 0:
                 raise ValueError(f"LangevinBAOAB: `{name}` must be a scalar, got shape {jnp.shape(value)}.")
-            if not isinstance(value, jax.core.Tracer) and not float(value) >= 0:
-                raise ValueError(f"LangevinBAOAB: `{name}` must be >= 0, got {float(value)}.")
+            if not isinstance(value, jax.core.Tracer) and not (float(value) >= 0 and float(value) < float("inf")):
+                raise ValueError(f"LangevinBAOAB: `{name}` must be finite and >= 0, got {float(value)}.")
 
     def init(self, system, t0, state, args):
         return state, system.acceleration(state.positions)
