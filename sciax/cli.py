@@ -56,22 +56,30 @@ def _run(args) -> int:
             enable_compilation_cache()
         except ValueError as e:  # e.g. a read-only home: run without the cache
             print(f"sciax run: warning: {e}; running without the compilation cache.", file=sys.stderr)
+    if args.out is not None and not args.out.strip():
+        print("sciax run: error: --out: expected a non-empty folder path, got ''.", file=sys.stderr)
+        return 2
+    out = None if args.out is None else Path(args.out).expanduser()
     scenario = None
     try:
         scenario = load_scenario(args.scenario, n_steps=args.n_steps)
-        result = run(scenario, args.out, resume=args.resume, progress=not args.quiet)
+        result = run(scenario, out, resume=args.resume, progress=not args.quiet)
     except ScenarioError as e:  # includes ResumeError
         print(f"sciax run: error: {e}", file=sys.stderr)
         return 2
     except NonFiniteStateError as e:
         print(f"sciax run: error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # the output folder cannot be written (read-only, full disk, ...)
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"sciax run: error: cannot write the outputs{where}: {e.strerror or e}.", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
-        if scenario is None:  # still reading the scenario: nothing was written
-            print("sciax run: interrupted before the run started.", file=sys.stderr)
+        folder = out if out is not None else scenario.output_dir if scenario is not None else None
+        if folder is None or not (folder / "checkpoint.npz").exists():
+            print("sciax run: interrupted before anything was written.", file=sys.stderr)
             return 130
-        out = args.out or scenario.output_dir
-        print(f"sciax run: interrupted; the outputs so far and a checkpoint are in {out}/; "
+        print(f"sciax run: interrupted; the outputs so far and a checkpoint are in {folder}/; "
               "continue with --resume.", file=sys.stderr)
         return 130
     s = result.summary

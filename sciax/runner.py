@@ -115,6 +115,17 @@ def _hms(seconds: float) -> str:
 # --------------------------------------------------------------------------- layout
 
 
+_COPY_HEADER = "# copied by sciax"
+
+
+def _copied_by_sciax(path: Path) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.readline().startswith(_COPY_HEADER)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 @dataclasses.dataclass(frozen=True)
 class _Layout:
     root: Path
@@ -223,6 +234,9 @@ class _Driver:
 
     def prepare(self, resume: bool):
         lay = self.layout
+        if lay.root.exists() and not lay.root.is_dir():
+            raise ScenarioError(f"the output folder {lay.root} is an existing file, not a folder; choose another "
+                                "with --out or [output] dir.")
         if resume and lay.checkpoint.exists():
             self._resume()
             return
@@ -231,7 +245,23 @@ class _Driver:
         elif lay.checkpoint.exists():
             self.report.message(f"{self.sc.name}: replacing the previous run in {lay.root} "
                                 "(use --resume to continue it instead).")
+        self._refuse_foreign_files()
         self._fresh()
+
+    def _refuse_foreign_files(self):
+        """A fresh run replaces the files of a previous run in its folder; files of the same names
+        that no sciax run wrote (no checkpoint, no copied scenario) are someone else's: refuse."""
+        lay = self.layout
+        if lay.checkpoint.exists() or _copied_by_sciax(lay.scenario):
+            return
+        clashes = [n for n in lay.FILES.values() if (lay.root / n).exists()]
+        if lay.chunk_files():
+            clashes.append(f"{lay.chunks.name}/")
+        if clashes:
+            raise ScenarioError(
+                f"the output folder {lay.root} holds {', '.join(clashes)}, which a run would overwrite, and "
+                "no sciax run wrote them (no checkpoint.npz there). Choose another folder with --out or "
+                "[output] dir, or move those files away.")
 
     def _fresh(self):
         lay = self.layout
@@ -253,11 +283,14 @@ class _Driver:
         self._checkpoint()
 
     def _copy_scenario(self):
-        header = f"# copied by sciax {__version__} from {self.sc.source}"
+        header = f"{_COPY_HEADER} {__version__} from {self.sc.source}"
         if self.sc.overrides:
             header += "; command-line overrides: " + ", ".join(f"{k}={v}" for k, v in self.sc.overrides.items())
+        text = self.sc.text
+        if text.startswith(_COPY_HEADER):  # running a copy: one header, not one per generation
+            text = text.split("\n", 1)[1] if "\n" in text else ""
         with sio.atomic_write(self.layout.scenario, "w") as f:
-            f.write(header + "\n" + self.sc.text)
+            f.write(header + "\n" + text)
 
     def _resume(self):
         lay = self.layout
@@ -275,6 +308,8 @@ class _Driver:
                 f"{lay.root} was written for ({'; '.join(changes) or 'contents differ'}). Restore the scenario, "
                 "or run without --resume to start over (this replaces the outputs).")
         recorded = meta.get("outputs")
+        if recorded is not None:  # compared on what matters now (older checkpoints also recorded `plot`)
+            recorded = {k: v for k, v in recorded.items() if k in self._output_settings()}
         if recorded is not None and recorded != self._output_settings():
             changes = _diff(recorded, self._output_settings(), "[output] ")
             raise ResumeError(
@@ -310,8 +345,9 @@ class _Driver:
         self.report.message(f"{self.sc.name}: resuming from step {self.steps_done} of {self.sc.run.n_steps}.")
 
     def _output_settings(self) -> dict:
-        """What decides which files a run writes: a resume must keep them (JSON-comparable)."""
-        return {"states_csv": self.write_states_csv, "plot": bool(self.sc.output.plot)}
+        """What decides which streamed files a run writes: a resume must keep them (JSON-comparable).
+        The plot is drawn from the whole trajectory at the end, so it may be switched on or off."""
+        return {"states_csv": self.write_states_csv}
 
     def _rewind_to_checkpoint(self):
         """After an interruption: forget frames written after the last checkpoint (chunk files,
@@ -438,6 +474,8 @@ class _Driver:
             if p.exists():
                 files.append(p.name)
         plot_error = None
+        if not self.sc.output.plot:
+            lay.plot.unlink(missing_ok=True)  # from before a resume with the plot switched off
         if self.sc.output.plot and arrays is not None:
             try:
                 self._plot(status, non_finite)

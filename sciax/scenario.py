@@ -90,6 +90,12 @@ def _string(value):
     return value
 
 
+def _folder(value):
+    if not isinstance(value, str) or not value.strip():
+        raise _Expected('a non-empty folder path, e.g. "runs/lorenz"')
+    return value
+
+
 def _boolean(value):
     if not isinstance(value, bool):
         raise _Expected("true or false")
@@ -284,7 +290,7 @@ _STATE_KEYS = {"values": _vector, "positions": _vector, "velocities": _vector, "
 _RUN_KEYS = {"dt": _positive_number, "n_steps": _positive_int, "save_every": _positive_int,
              "t0": _finite_number, "precision": _choice(*PRECISIONS), "seed": _nonnegative_int,
              "chunk_steps": _positive_int, "observables": _string_list, "check_finite": _boolean}
-_OUTPUT_KEYS = {"dir": _string, "plot": _boolean, "states_csv": _bool_or_auto}
+_OUTPUT_KEYS = {"dir": _folder, "plot": _boolean, "states_csv": _bool_or_auto}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,11 +340,14 @@ class Scenario:
         """The settings that determine the computed trajectory (hashed for `--resume`).
 
         `n_steps` (a run may be extended) and `chunk_steps` (results do not depend on it) are
-        left out, as is `[output]`.
+        left out, as are `[output]` and, for a deterministic integrator, `seed`.
         """
         run = dataclasses.asdict(self.run)
         for k in ("n_steps", "chunk_steps"):
             run.pop(k)
+        integrator_cls = integrator_classes().get(self.integrator_name)
+        if integrator_cls is not None and not getattr(integrator_cls, "stochastic", False):
+            run.pop("seed")  # no noise: the seed cannot change the trajectory
         run["observables"] = list(run["observables"])
         return {"system": {"name": self.system_name, "params": self.system_params},
                 "initial_state": self.initial_state,
@@ -375,6 +384,7 @@ class Scenario:
 
         **Raises:** `ScenarioError` naming the section and key a constructor or check rejected.
         """
+        import jax
         import jax.numpy as jnp
         import jax.random as jr
 
@@ -401,11 +411,39 @@ class Scenario:
         except StateMismatchError as e:
             raise self._error("[initial_state]", f"the state does not fit {self.system_name}: {e}") from None
 
+        if not all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(state0)):
+            raise self._error("[initial_state]", f"the initial state is not finite (NaN/Inf): {state0}. "
+                              "Check the values or the preset's arguments.")
+        self._check_run_range(dtype, integrator)
         key = jr.key(self.run.seed) if integrator.stochastic else None
         self._check_one_step(system, state0, integrator, key, dtype)
         observables, conserved = self._observables(system, state0, dtype)
         return Built(system=system, state0=state0, integrator=integrator, dtype=dtype, key=key,
                      observables=observables, conserved=conserved)
+
+    def _check_run_range(self, dtype, integrator):
+        """What validates as a number can still fail in the run's precision: dt or t0 that
+        round to 0 or overflow in float32, a step count past the step counter (int32 without
+        x64), a stochastic run past the 2**32 distinct per-step keys, a seed the key truncates."""
+        import jax.numpy as jnp
+        import numpy as np
+
+        for key_name in ("dt", "t0"):
+            value = getattr(self.run, key_name)
+            with np.errstate(over="ignore"):  # an overflow to inf is reported below
+                cast = float(np.asarray(value, dtype))
+            if not math.isfinite(cast) or (key_name == "dt" and cast <= 0):
+                raise self._error(f"[run] {key_name}", f"{value!r} is {cast} in {jnp.dtype(dtype).name}.")
+        counter = jnp.arange(1).dtype
+        if self.run.n_steps > jnp.iinfo(counter).max:
+            raise self._error("[run] n_steps", f"{self.run.n_steps} steps do not fit the {counter.name} step counter "
+                              f"(at most {jnp.iinfo(counter).max}); use precision = \"float64\" (64-bit counters).")
+        if integrator.stochastic and self.run.n_steps > 2**32:
+            raise self._error("[run] n_steps", f"a stochastic run can take at most 2**32 steps (each step's key "
+                              f"folds in a 32-bit step index); got {self.run.n_steps}.")
+        if self.run.seed > 2**32 - 1:
+            raise self._error("[run] seed", f"must be below 2**32 (larger seeds would share keys with smaller "
+                              f"ones), got {self.run.seed}.")
 
     def _check_one_step(self, system, state0, integrator, key, dtype):
         """Trace one step (no compute): parameters of the wrong shape must fail here, with the
@@ -498,7 +536,7 @@ class Scenario:
 
     @property
     def output_dir(self) -> Path:
-        return Path(self.output.dir)
+        return Path(self.output.dir).expanduser()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -633,7 +671,7 @@ def _check_initial_state(checker: _Checker, table: dict, system_cls) -> dict:
             if key not in valid:
                 raise checker.error(f"{where} {key}",
                                     f"unknown key for preset {preset!r} ({system_cls.__name__}."
-                                    f"{preset}_state); valid keys: preset, {', '.join(valid)}.")
+                                    f"{preset}_state); valid keys: {', '.join(['preset', *valid])}.")
             out[key] = checker.value(f"{where} {key}", value, _numeric_array)
         return out
     out = checker.section(table, where, _STATE_KEYS)

@@ -121,4 +121,35 @@ def test_ctrl_c_while_reading_the_scenario_exits_130(tmp_path, monkeypatch, caps
 
     monkeypatch.setattr(sciax.scenario, "load_scenario", interrupted)
     assert main(["run", str(LORENZ), "--no-compilation-cache"]) == 130
-    assert "interrupted before the run started" in capsys.readouterr().err
+    assert "interrupted before anything was written" in capsys.readouterr().err
+
+
+def test_output_folder_errors_are_clear(tmp_path, capsys, monkeypatch):
+    """An empty --out (the current folder), an unwritable folder, or `~`: clear messages, no
+    tracebacks, `~` expanded."""
+    assert main(["run", str(LORENZ), "--out", "", "--no-compilation-cache", "--n-steps", "10"]) == 2
+    assert "--out: expected a non-empty folder path" in capsys.readouterr().err
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if not os.access(locked, os.W_OK):  # root ignores permissions
+            assert main(["run", str(LORENZ), "--out", str(locked / "run"), "--no-compilation-cache",
+                         "--n-steps", "10", "--quiet"]) == 1
+            assert "cannot write the outputs" in capsys.readouterr().err
+    finally:
+        locked.chmod(0o700)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert main(["run", str(LORENZ), "--out", "~/tilde", "--no-compilation-cache", "--n-steps", "10", "--quiet"]) == 0
+    assert (tmp_path / "tilde" / "summary.json").exists()
+
+
+def test_ctrl_c_before_the_first_checkpoint_does_not_claim_outputs(tmp_path, monkeypatch, capsys):
+    import sciax.runner
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sciax.runner, "run", interrupted)
+    assert main(["run", str(LORENZ), "--out", str(tmp_path / "never"), "--no-compilation-cache"]) == 130
+    assert "interrupted before anything was written" in capsys.readouterr().err

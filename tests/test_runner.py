@@ -344,3 +344,64 @@ def test_parameter_of_the_wrong_shape_is_a_scenario_error_before_anything_is_wri
                                             r"\[initial_state\] and RK4 do not fit together: one step fails"):
         run(bad, tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_fresh_run_refuses_to_overwrite_files_no_sciax_run_wrote(tmp_path):
+    """`[output] dir` pointing at a folder with someone's plot.png/summary.json: refuse, touch
+    nothing. A folder a sciax run wrote (checkpoint, or its copied scenario) is replaced."""
+    from sciax.scenario import ScenarioError
+
+    (tmp_path / "plot.png").write_text("my precious plot")
+    (tmp_path / "summary.json").write_text('{"mine": 1}')
+    with pytest.raises(ScenarioError, match=r"holds summary.json, plot.png, which a run would overwrite"):
+        run(scenario(LORENZ), tmp_path, progress=False)
+    assert (tmp_path / "plot.png").read_text() == "my precious plot"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plot.png", "summary.json"]
+    out = tmp_path / "run"
+    run(scenario(LORENZ), out, progress=False)
+    (out / "checkpoint.npz").unlink()  # still recognised by its copied scenario
+    assert run(scenario(LORENZ), out, progress=False).status == "completed"
+    with pytest.raises(ScenarioError, match="is an existing file, not a folder"):
+        run(scenario(LORENZ), tmp_path / "plot.png", progress=False)
+
+
+def test_values_that_break_in_the_run_precision_are_scenario_errors_before_anything_is_written(tmp_path):
+    import jax
+
+    from sciax.scenario import ScenarioError
+
+    cases = [
+        (scenario(LORENZ, dt=1e-50, precision="float32"), r"\[run\] dt: 1e-50 is 0.0 in float32"),
+        (scenario(LORENZ, t0=1e39, precision="float32"), r"\[run\] t0: 1e\+39 is inf in float32"),
+        (scenario(LANGEVIN, n_steps=2**32 + 5), r"\[run\] n_steps: a stochastic run can take at most 2\*\*32"),
+        (scenario(LANGEVIN, seed=2**32), r"\[run\] seed: must be below 2\*\*32"),
+        (scenario(KEPLER.replace("eccentricity = 0.5", "eccentricity = 1.5")), r"eccentricity. must be in \[0, 1\)"),
+    ]
+    for bad, message in cases:
+        with pytest.raises(ScenarioError, match=message):
+            run(bad, tmp_path / "out", progress=False)
+        assert not (tmp_path / "out").exists()
+    x64 = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", False)  # a float32 run in a fresh process: int32 step counters
+    try:
+        with pytest.raises(ScenarioError, match=r"\[run\] n_steps: 2147483650 steps do not fit the int32"):
+            scenario(LORENZ, n_steps=2**31 + 2, precision="float32").build()
+    finally:
+        jax.config.update("jax_enable_x64", x64)
+
+
+def test_resume_accepts_what_cannot_change_the_results(tmp_path):
+    """Switching the plot on (drawn from the whole trajectory at the end), or a new seed for a
+    deterministic integrator (no noise), does not invalidate a checkpoint."""
+    run(scenario(LORENZ), tmp_path, progress=False, max_chunks=1)
+    changed = scenario(LORENZ.replace("plot = false", "plot = true"), seed=7)
+    result = run(changed, tmp_path, resume=True, progress=False)
+    assert result.status == "completed" and (tmp_path / "plot.png").exists()
+    assert scenario(LANGEVIN).hash() != scenario(LANGEVIN, seed=4).hash()  # noise: the seed matters
+
+
+def test_running_a_copied_scenario_keeps_one_header(tmp_path):
+    run(scenario(LORENZ), tmp_path / "a", progress=False)
+    copied = sciax.scenario.load_scenario(tmp_path / "a" / "scenario.toml")
+    run(copied, tmp_path / "a", progress=False)
+    assert (tmp_path / "a" / "scenario.toml").read_text().count("# copied by sciax") == 1

@@ -102,6 +102,7 @@ def test_unknown_key_in_run_lists_valid_keys():
         ("n_steps = 100", "n_steps = 100\nchunk_steps = 15", ["[run] chunk_steps", "multiple of save_every"]),
         ("rho = 28.0", 'rho = "high"', ["[system] params.rho", "number", "'high' (string)"]),
         ("values = [1.0, 1.0, 1.0]", 'values = [1.0, "a", 1.0]', ["[initial_state] values", "numbers"]),
+        ("n_steps = 100", 'n_steps = 100\n[output]\ndir = ""', ["[output] dir", "a non-empty folder path"]),
     ],
 )
 def test_wrong_types_name_file_key_and_expectation(old, new, fragments):

@@ -77,8 +77,17 @@ class Kepler(AbstractHamiltonian):
 
     @in_system_precision
     def orbit_state(self, semi_major_axis=1.0, eccentricity=0.0) -> PhaseSpace:
-        """State at periapsis of a 2-D orbit with given a and e (0 ≤ e < 1)."""
+        """State at periapsis of a 2-D orbit with given a > 0 and e (0 ≤ e < 1).
+
+        **Raises:** `ValueError` for a concrete a ≤ 0 or e outside [0, 1) (no bound ellipse:
+        the state would be NaN or unbound).
+        """
         a, e = jnp.asarray(semi_major_axis), jnp.asarray(eccentricity)
+        if not isinstance(a, jax.core.Tracer) and not bool(jnp.all(a > 0)):
+            raise ValueError(f"Kepler.orbit_state: `semi_major_axis` must be > 0, got {semi_major_axis!r}.")
+        if not isinstance(e, jax.core.Tracer) and not bool(jnp.all((e >= 0) & (e < 1))):
+            raise ValueError(f"Kepler.orbit_state: `eccentricity` must be in [0, 1) (a bound ellipse), "
+                             f"got {eccentricity!r}.")
         r_p = a * (1 - e)
         v_p = jnp.sqrt(self.gm * (1 + e) / r_p)
         return PhaseSpace(jnp.stack([r_p, 0.0 * r_p]), jnp.stack([0.0 * v_p, v_p]))
