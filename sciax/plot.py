@@ -13,10 +13,14 @@ What `plot_trajectory` draws, by the shape of the state:
 - Anything else: each state component vs time (at most 12 lines).
 
 A third panel shows the observables: the relative error (q(t) − q(0)) / |q(0)| of each
-conserved quantity named in `conserved` (the absolute error when q(0) is zero up to rounding),
-and the value of any other observable.
+conserved quantity named in `conserved` (the absolute error when q(0) is zero up to rounding;
+for a vector quantity |q(t) − q(0)| / |q(0)| with the Euclidean norm), and the value of any
+other observable. An observable may be a pytree (tuple, dict, ...) of per-frame arrays: each
+leaf is drawn on its own, labelled by its path (`pair[0]`, `d['a']`), and a conserved pytree
+gets one error curve per leaf.
 """
 
+import jax.tree_util as jtu
 import numpy as np
 from matplotlib.figure import Figure
 
@@ -36,11 +40,18 @@ def _np_states(states):
         if a.ndim == 2:
             return "array", a, None
         return "tree", [("y", a.reshape(a.shape[0], -1))], None
-    import jax.tree_util as jtu
+    return "tree", [(path.lstrip(".") or "y", x) for path, x in _leaf_matrices(states)], None
 
-    leaves = jtu.tree_flatten_with_path(states)[0]
-    return "tree", [(jtu.keystr(p).lstrip(".") or "y", np.asarray(x).reshape(np.asarray(x).shape[0], -1))
-                    for p, x in leaves], None
+
+def _leaf_matrices(tree):
+    """`[(path, (F, k) array)]`: each leaf of a pytree of per-frame arrays (frames first) as a
+    frames × entries matrix, with its path as `jax.tree_util.keystr` writes it (`[0]`, `['a']`,
+    `.x`; `""` when `tree` is a single array)."""
+    out = []
+    for path, x in jtu.tree_flatten_with_path(tree)[0]:
+        x = np.asarray(x)
+        out.append((jtu.keystr(path), x.reshape(x.shape[0], -1)))
+    return out
 
 
 def _stride(n_frames: int, max_points: int) -> int:
@@ -115,26 +126,30 @@ def _orbits(fig, spec, q):
 
 
 def _observables_panel(fig, spec, t, observables: dict, conserved):
+    """`observables`: name -> `[(label, (F, k) values)]`, one entry per leaf of the observable."""
     ax = fig.add_subplot(spec)
     conserved = [k for k in conserved if k in observables]
     others = [k for k in observables if k not in conserved]
-    for i, name in enumerate(conserved):
-        values = np.asarray(observables[name])
-        err, scale = drift_errors(values)
-        if values[0].size == 1 and scale is not None:  # keep the sign for scalars
-            v = values.reshape(len(t)).astype(np.float64)
-            err, label = (v - v[0]) / scale, "(q − q₀)/|q₀|"
-        elif values[0].size == 1:
-            v = values.reshape(len(t)).astype(np.float64)
-            err, label = v - v[0], "q − q₀ (q₀ ≈ 0)"
-        else:
-            label = "|q − q₀|/|q₀|" if scale is not None else "|q − q₀| (q₀ ≈ 0)"
-        ax.plot(t, err, lw=0.8, color=f"C{i}", label=f"{name}: {label}")
-    for j, name in enumerate(others):
-        v = np.asarray(observables[name], dtype=np.float64).reshape(len(t), -1)
-        for k in range(min(v.shape[1], 3)):
-            suffix = f"[{k}]" if v.shape[1] > 1 else ""
-            ax.plot(t, v[:, k], lw=0.8, ls="--", color=f"C{len(conserved) + j}", label=name + suffix)
+    n_lines = 0
+    for name in conserved:
+        for label, values in observables[name]:
+            err, scale = drift_errors(values)
+            if values.shape[1] == 1 and scale is not None:  # keep the sign for scalars
+                v = values[:, 0].astype(np.float64)
+                err, kind = (v - v[0]) / scale, "(q − q₀)/|q₀|"
+            elif values.shape[1] == 1:
+                v = values[:, 0].astype(np.float64)
+                err, kind = v - v[0], "q − q₀ (q₀ ≈ 0)"
+            else:
+                kind = "|q − q₀|/|q₀|" if scale is not None else "|q − q₀| (q₀ ≈ 0)"
+            ax.plot(t, err, lw=0.8, color=f"C{n_lines % 10}", label=f"{label}: {kind}")
+            n_lines += 1
+    for name in others:
+        columns = [(label + (f"[{k}]" if v.shape[1] > 1 else ""), v[:, k])
+                   for label, v in observables[name] for k in range(v.shape[1])]
+        for label, y in columns[:3]:  # at most 3 lines per observable
+            ax.plot(t, np.asarray(y, dtype=np.float64), lw=0.8, ls="--", color=f"C{n_lines % 10}", label=label)
+            n_lines += 1
     ax.set_xlabel("t")
     ax.set_title("relative error of conserved quantities" if conserved and not others else "observables")
     ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
@@ -151,7 +166,8 @@ def plot_trajectory(traj, *, system=None, conserved=(), title=None, component_na
     - `traj`: a `sciax.Trajectory` (JAX or NumPy arrays; one trajectory, not an ensemble) with states.
     - `system`: the system, for the title and, without `component_names`, the component
       labels (its `component_names`, e.g. S, I, R) (optional).
-    - `conserved`: names of observables to draw as relative error from their initial value.
+    - `conserved`: names of observables to draw as relative error from their initial value
+      (one curve per leaf of a pytree observable).
     - `title`: figure title. `component_names`: names of the components of an ODE state.
     - `max_points`: frames are thinned to at most this many points per line.
 
@@ -161,12 +177,15 @@ def plot_trajectory(traj, *, system=None, conserved=(), title=None, component_na
     if times.ndim != 1:
         raise ValueError(f"plot_trajectory draws one trajectory; got times of shape {times.shape} "
                          "(index the ensemble first).")
+    if len(times) == 0:
+        raise ValueError("plot_trajectory: the trajectory has no frames (times has length 0); nothing to draw.")
     if traj.states is None:
         raise ValueError("plot_trajectory needs states; this trajectory was made with save_states=False.")
     step = _stride(len(times), max_points)
     t = times[::step]
     kind, a, b = _np_states(traj.states)
-    observables = {k: np.asarray(v)[::step] for k, v in (traj.observables or {}).items()}
+    observables = {name: [(name + path, x[::step]) for path, x in _leaf_matrices(v)]
+                   for name, v in (traj.observables or {}).items()}
     has_obs = bool(observables)
 
     if kind == "array":

@@ -1,5 +1,7 @@
 """`plot_fit`: data, fitted curve and an uncertainty band from the fit's covariance."""
 
+import warnings
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -20,7 +22,10 @@ def plot_fit(result: FitResult, times, observed, *, mask=None, n_samples: int = 
     optimiser's unconstrained space (so `Positive`/`Bounded` values stay in range), mapped to
     physical values, and integrated with the fit's own `rollout`. Multiple-shooting fits are
     drawn segment by segment from the fitted segment start states (held at their optimum).
-    It shows parameter uncertainty only, not the observation noise.
+    It shows parameter uncertainty only, not the observation noise. Draws whose model is not
+    finite somewhere (parameters where the model blows up) are left out of the band, with a
+    warning saying how many; with a non-finite covariance (a rank-deficient fit) there is no
+    band, and a warning says so.
 
     **Arguments:**
 
@@ -58,6 +63,10 @@ def plot_fit(result: FitResult, times, observed, *, mask=None, n_samples: int = 
     shown = np.concatenate([m.reshape(m.shape[0], -1) for m in mask_leaves], axis=1) & np.isfinite(data)
     n_comp = data.shape[1]
     components = list(range(min(n_comp, 8))) if components is None else list(components)
+    for c in components:
+        if not (isinstance(c, (int, np.integer)) and 0 <= c < n_comp):
+            raise ValueError(f"plot_fit: `components` entries must be integers in 0 … {n_comp - 1} "
+                             f"(the data have {n_comp} flattened components), got {c!r}.")
     if labels is None:
         labels = [f"component {c}" for c in components] if n_comp > 1 else ["observed"]
     if len(labels) != len(components):
@@ -69,6 +78,10 @@ def plot_fit(result: FitResult, times, observed, *, mask=None, n_samples: int = 
     draws = v_opt[None]
     cov = np.asarray(result.covariance, dtype=np.float64)
     band = n_samples > 0 and np.all(np.isfinite(cov))
+    if n_samples > 0 and not band:
+        warnings.warn("plot_fit: the fit's covariance is not finite (a rank-deficient fit: some fitted "
+                      "values are not identifiable from the data), so no uncertainty band is drawn.",
+                      stacklevel=2)
     if band:
         scale = np.asarray(result.scale)[:q]
         cov_u = cov / np.outer(scale, scale)
@@ -88,6 +101,14 @@ def plot_fit(result: FitResult, times, observed, *, mask=None, n_samples: int = 
         plan, t_dense = problem.rollout.dense(start, end, n_j, dtype)
         values = _dense_model(problem, jnp.asarray(draws, dtype=dtype), j, plan)
         curves.append((t_dense, np.asarray(values)))
+    if band:  # keep the draws whose model is finite on every segment
+        finite = np.all([np.isfinite(values[1:]).all(axis=(1, 2)) for _, values in curves], axis=0)
+        if not finite.all():
+            band = finite.any()
+            warnings.warn(f"plot_fit: {n_samples - finite.sum()} of {n_samples} parameter draws give a "
+                          "non-finite model (it blows up there) and are left out of the band"
+                          + ("." if band else "; no band is drawn."), stacklevel=2)
+        curves = [(t_dense, values[np.concatenate([[True], finite])]) for t_dense, values in curves]
 
     fig = Figure(figsize=(7, 2.2 * len(components) + 0.6), layout="constrained")
     axes = fig.subplots(len(components), 1, sharex=True, squeeze=False)[:, 0]
