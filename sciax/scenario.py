@@ -27,7 +27,7 @@ n_steps = 20000                       # number of steps, a multiple of save_ever
 save_every = 2                        # steps between saved frames (default 1)
 t0 = 0.0                              # initial time (default 0)
 precision = "float64"                 # or "float32" (default float64)
-seed = 0                              # key for stochastic integrators (default 0)
+seed = 0                              # key for stochastic integrators, 0 <= seed < 2**32 (default 0)
 chunk_steps = 10000                   # steps per jitted chunk / checkpoint (multiple of save_every)
 observables = ["conserved"]           # "conserved" = system.conserved_quantities (default)
 check_finite = true                   # stop at the first NaN/Inf frame (default true)
