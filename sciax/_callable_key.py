@@ -85,15 +85,7 @@ def _library_code(x) -> bool:
         home = sys.modules.get(x.__module__)
         return _library_name(x.__module__) and getattr(home, x.__name__, None) is x
     if isinstance(x, types.FunctionType):
-        if not _library_name(x.__globals__.get("__name__")):
-            return False
-        # A wrapper a library made around user code (`jax.grad(f)`, `jax.vmap(f)`,
-        # `jnp.vectorize(f)`, `jax.checkpoint(f)`) lives in the library but runs `f`: judge what
-        # it wraps and what it closes over, not where the wrapper was defined.
-        target = inspect.unwrap(x)
-        if target is not x and not _library_code(target):
-            return False
-        return all(_inert(cell.cell_contents, _MAX_DEPTH) for cell in x.__closure__ or ())
+        return _library_function(x, _MAX_DEPTH)
     if isinstance(x, types.BuiltinFunctionType):  # `len`, `math.sqrt`; not `np.random.rand`
         return isinstance(x.__self__, types.ModuleType) and _library_name(x.__self__.__name__)
     if type(x) is np.ufunc:
@@ -104,23 +96,39 @@ def _library_code(x) -> bool:
     return False
 
 
+def _library_function(fn, depth) -> bool:
+    """A plain function defined in a library that runs only library code: a wrapper a library
+    made around user code (`jax.grad(f)`, `jax.vmap(f)`, `jnp.vectorize(f)`) lives in the
+    library but runs `f`, so what it wraps and what it closes over are judged too
+    (`jax.grad(jnp.sin)` is library code, `jax.grad(f)` of a user `f` is not)."""
+    if depth <= 0 or not _library_name(fn.__globals__.get("__name__")):
+        return False
+    target = inspect.unwrap(fn)
+    if target is not fn and not _inert(target, depth - 1):
+        return False
+    try:
+        return all(_inert(cell.cell_contents, depth - 1) for cell in fn.__closure__ or ())
+    except ValueError:  # an empty closure cell
+        return False
+
+
 def _inert(x, depth) -> bool:
     """Captured by a library function without making it depend on user code: an immutable value
-    (number, string, None, NumPy scalar, JAX array, tuple of these) or library code."""
+    (number, string, None, NumPy scalar, JAX array, a bare `object()` sentinel, a tuple or
+    frozenset of these) or library code."""
     if depth <= 0:
         return False
     if x is None or type(x) in (bool, int, float, complex, str, bytes) or isinstance(x, jax.Array):
         return True
     if isinstance(x, np.generic) and not isinstance(x, np.void):
         return True
-    if type(x) is tuple:
+    if type(x) is object:  # a sentinel (`object()`): no state
+        return True
+    if type(x) in (tuple, frozenset):
         return all(_inert(v, depth - 1) for v in x)
-    try:
-        return bool(_library_code(x)) if not isinstance(x, types.FunctionType) else (
-            _library_name(x.__globals__.get("__name__")) and inspect.unwrap(x) is x
-            and all(_inert(c.cell_contents, depth - 1) for c in x.__closure__ or ()))
-    except ValueError:  # an empty closure cell
-        return False
+    if isinstance(x, types.FunctionType):
+        return _library_function(x, depth)  # which counts the level
+    return bool(_library_code(x))
 
 
 _GLOBAL_READS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL", "STORE_NAME", "DELETE_NAME"})

@@ -301,7 +301,7 @@ class _Driver:
                 from None
         if meta.get("format") != CHECKPOINT_FORMAT:
             raise ResumeError(f"cannot resume: {lay.checkpoint} is not a {CHECKPOINT_FORMAT} checkpoint.")
-        if meta["scenario_hash"] != self.sc.hash():
+        if meta["scenario_hash"] != self.sc.hash() and not self.sc.same_physics(meta["physics"]):
             changes = _diff(meta["physics"], self.sc.physics())
             raise ResumeError(
                 f"refusing to resume: the scenario {self.sc.source} differs from the one the checkpoint in "

@@ -356,8 +356,16 @@ class Scenario:
 
     def hash(self) -> str:
         """SHA-256 of `physics()` (canonical JSON)."""
-        blob = json.dumps(self.physics(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
+        return physics_hash(self.physics())
+
+    def same_physics(self, recorded: dict) -> bool:
+        """Whether `physics()` recorded in a checkpoint describes this scenario's trajectory.
+        Checkpoints written before `seed` was left out for deterministic integrators still
+        record it; it is ignored where it cannot matter."""
+        current = self.physics()
+        if "seed" not in current["run"] and isinstance(recorded.get("run"), dict):
+            recorded = {**recorded, "run": {k: v for k, v in recorded["run"].items() if k != "seed"}}
+        return physics_hash(recorded) == physics_hash(current)
 
     def with_overrides(self, *, n_steps: int | None = None) -> "Scenario":
         """A copy with command-line overrides applied and validated (`--n-steps`)."""
@@ -585,6 +593,12 @@ def _cast_floats(tree, dtype):
     import jax.tree_util as jtu
 
     return jtu.tree_map(lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, tree)
+
+
+def physics_hash(physics: dict) -> str:
+    """SHA-256 of a scenario's `physics()` dict (canonical JSON)."""
+    blob = json.dumps(physics, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def set_precision(precision: str) -> None:

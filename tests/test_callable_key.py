@@ -93,8 +93,12 @@ def test_library_wrappers_around_user_code_are_judged_by_what_they_wrap():
         np.testing.assert_allclose(results[1], 10 * results[0], rtol=1e-12)
     finally:
         GAIN = 1.0
-    # Library functions that close over nothing of the user's are still keyed by identity.
-    assert isinstance(by_code(lambda y: jnp.sin(y) + jnp.sum(y) + jax.nn.relu(y)), type(by_code(lambda y: y)))
+    # Library functions that close over nothing of the user's are still keyed by identity,
+    # also when a library transform wraps library code.
+    keyed = type(by_code(lambda y: y))
+    assert isinstance(by_code(lambda y: jnp.sin(y) + jnp.sum(y) + jax.nn.relu(y)), keyed)
+    for wrapped in (jax.grad(jnp.sin), jax.vmap(jnp.sin), jnp.vectorize(jnp.sin), jax.hessian(jnp.sum)):
+        assert isinstance(by_code(lambda y, f=wrapped: f(y)), keyed)
 
 
 def test_attribute_names_are_not_taken_for_globals():

@@ -118,5 +118,6 @@ def test_non_finite_covariance_warns_that_there_is_no_band(oscillator_fit):
 
 def test_components_out_of_range_is_a_clear_error(oscillator_fit):
     result, times, data = oscillator_fit
-    with pytest.raises(ValueError, match=r"`components`.*0 … 0.*got 3"):
+    with pytest.raises(ValueError, match=r"`components`.*-1 … 0.*got 3"):
         sciax.plot_fit(result, times, data, components=[3])
+    sciax.plot_fit(result, times, data, components=[-1], n_samples=0)  # negative indices count from the end

@@ -400,6 +400,27 @@ def test_resume_accepts_what_cannot_change_the_results(tmp_path):
     assert scenario(LANGEVIN).hash() != scenario(LANGEVIN, seed=4).hash()  # noise: the seed matters
 
 
+def test_resume_accepts_a_checkpoint_that_recorded_the_seed_of_a_deterministic_run(tmp_path, monkeypatch):
+    """Checkpoints written before the seed was left out of a deterministic run's physics record
+    it (and hash it): resuming them with the unchanged scenario must still work."""
+    from sciax.scenario import Scenario
+
+    current = Scenario.physics
+
+    def with_seed(self):
+        physics = current(self)
+        physics["run"]["seed"] = self.run.seed
+        return physics
+
+    monkeypatch.setattr(Scenario, "physics", with_seed)
+    run(scenario(LORENZ), tmp_path, progress=False, max_chunks=1)
+    monkeypatch.setattr(Scenario, "physics", current)
+    assert run(scenario(LORENZ), tmp_path, resume=True, progress=False).status == "completed"
+    run(scenario(LORENZ), tmp_path / "b", progress=False, max_chunks=1)
+    with pytest.raises(ResumeError, match=r"run.dt: 0.01 -> 0.02"):  # a real change is still refused
+        run(scenario(LORENZ, dt=0.02), tmp_path / "b", resume=True, progress=False)
+
+
 def test_running_a_copied_scenario_keeps_one_header(tmp_path):
     run(scenario(LORENZ), tmp_path / "a", progress=False)
     copied = sciax.scenario.load_scenario(tmp_path / "a" / "scenario.toml")

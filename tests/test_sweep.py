@@ -303,6 +303,19 @@ def test_sel_matches_relatively_and_isel_keeps_the_failures_of_the_selected_memb
                         run=lambda s, y, k: y)
     with pytest.raises(ValueError, match="no member with seed = 6"):
         seeds.sel(seed=6)
+    big = sciax.sweep(OrnsteinUhlenbeck(), jnp.zeros(1), axes={"seed": np.array([1_000_000, 2_000_000])},
+                      run=lambda s, y, k: y)
+    with pytest.raises(ValueError, match="no member with seed = 1000001"):  # integer axes match exactly
+        big.sel(seed=1_000_001)
+    f32 = sciax.sweep(Lorenz(rho=jnp.float32(1.0)), Y0.astype(jnp.float32),
+                      axes={"rho": np.logspace(-10, -2, 9, dtype=np.float32)}, run=lambda s, y, k: s.rho)
+    assert f32.sel(rho=1e-9).outputs == np.float32(1e-9)
+    for missing in [2e-10, 3e-9]:
+        with pytest.raises(ValueError, match="no member with rho"):
+            f32.sel(rho=missing)
+    from sciax.ensemble._result import _match
+
+    assert _match("w", np.array([1 + 1j, 1 + 2j]), 1 + 2j, None, np.arange(2)).tolist() == [1]  # complex
     assert seeds.sel(seed=2**32 - 1).coords(0) == {"seed": 2**32 - 1}
 
 

@@ -64,9 +64,10 @@ def plot_fit(result: FitResult, times, observed, *, mask=None, n_samples: int = 
     n_comp = data.shape[1]
     components = list(range(min(n_comp, 8))) if components is None else list(components)
     for c in components:
-        if not (isinstance(c, (int, np.integer)) and 0 <= c < n_comp):
-            raise ValueError(f"plot_fit: `components` entries must be integers in 0 … {n_comp - 1} "
+        if isinstance(c, bool) or not (isinstance(c, (int, np.integer)) and -n_comp <= c < n_comp):
+            raise ValueError(f"plot_fit: `components` entries must be integers in -{n_comp} … {n_comp - 1} "
                              f"(the data have {n_comp} flattened components), got {c!r}.")
+    components = [int(c) % n_comp for c in components]
     if labels is None:
         labels = [f"component {c}" for c in components] if n_comp > 1 else ["observed"]
     if len(labels) != len(components):

@@ -67,8 +67,9 @@ class SweepResult:
     def sel(self, method: str | None = None, **coords) -> "SweepResult":
         """Select members by coordinate value: `result.sel(rho=24.5, seed=3).outputs`.
 
-        `method=None` asks for an exact match (up to floating-point rounding: relative
-        difference at most 1e-6; the closest such coordinate); `method="nearest"` takes the
+        `method=None` asks for an exact match (integer axes exactly; float axes up to rounding:
+        a relative difference of at most 1e-6 of the coordinate, and for a requested 0 a few
+        ulps of the axis's largest value; the closest such coordinate); `method="nearest"` takes the
         closest coordinate. Selected grid dims
         are dropped; in zip mode the value(s) pick one member. Reductions are indexed too
         when only kept dims are selected.
@@ -174,23 +175,30 @@ def _match(name, coords, value, method, positions) -> np.ndarray:
     value = np.asarray(value)
     if value.shape != coords.shape[1:]:
         raise ValueError(f"sel: a value of axis {name!r} has shape {coords.shape[1:]}, got {value.shape}.")
-    c = coords.astype(float).reshape(len(coords), -1)
-    v = value.astype(float).reshape(-1)
+    exact = np.issubdtype(coords.dtype, np.integer) or coords.dtype == bool
+    kind = np.result_type(coords.dtype, value.dtype, float)  # complex stays complex
+    c = coords.astype(kind).reshape(len(coords), -1)
+    v = value.astype(kind).reshape(-1)
     with np.errstate(invalid="ignore"):
-        diff = np.abs(c - v).max(axis=1)
-    diff = np.where(np.isnan(diff), np.inf, diff)  # a NaN coordinate matches nothing
+        gap = np.abs(c - v)  # (members, entries)
+    gap = np.where(np.isnan(gap), np.inf, gap)  # a NaN coordinate matches nothing
+    diff = gap.max(axis=1)
     if method == "nearest":
         if not np.isfinite(diff).any():
             raise ValueError(f"sel: no coordinate of axis {name!r} is comparable with {value.tolist()} (NaN).")
         return positions[diff == diff.min()]
-    # Exact up to rounding: a relative difference of at most 1e-6 of the larger of the two
-    # (so on a logspace axis 2e-4 does not match 1e-4, and 1e-13 stays apart from 1e-12),
-    # or a few ulps of the axis's scale (0.0 matches the -2.2e-16 that
-    # np.arange(-1, 1.01, 0.1) puts there). Integer axes match exactly.
-    magnitude = np.maximum(np.abs(c).max(axis=1, initial=0.0), np.abs(v).max(initial=0.0))
-    eps = np.finfo(coords.dtype).eps if np.issubdtype(coords.dtype, np.inexact) else 0.0
-    floor = 4 * eps * np.abs(c[np.isfinite(c)]).max(initial=0.0)
-    hit = diff <= np.maximum(1e-6 * magnitude, floor)
+    # Exact up to rounding, entry by entry: integer axes exactly; floats within a relative 1e-6
+    # of the larger of the coordinate and the value (so 2e-4 and 1e-4 stay apart on a logspace
+    # axis, and 1e-13 and 1e-12), and a requested 0 also within a few ulps of the axis's scale
+    # (it matches the -2.2e-16 that np.arange(-1, 1.01, 0.1) puts where 0 is meant).
+    if exact:
+        hit = diff == 0
+    else:
+        tolerance = 1e-6 * np.maximum(np.abs(c), np.abs(v))
+        finite = np.abs(c[np.isfinite(c)])
+        floor = 4 * np.finfo(coords.dtype).eps * finite.max(initial=0.0)
+        tolerance = np.where(v == 0, np.maximum(tolerance, floor), tolerance)
+        hit = np.all(gap <= tolerance, axis=1)
     if hit.any():
         hit &= diff == diff[hit].min()  # the closest of the matches
     if not hit.any():

@@ -164,7 +164,7 @@ class Tsit5(AbstractExplicitRK):
 
 class Dopri8(AbstractExplicitRK):
     """Prince–Dormand 8(7) solution weights at a fixed step (Diffrax's `Dopri8` tableau: 14
-    stages, of which 13 carry weight; XLA drops the unused one): order 8."""
+    stages, of which 13 are used; XLA drops the unused one): order 8."""
 
     tableau: ClassVar[ButcherTableau] = DOPRI8
     order: ClassVar[int] = 8
