@@ -3,6 +3,7 @@
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 class PhaseSpace(eqx.Module):
@@ -21,5 +22,15 @@ class PhaseSpace(eqx.Module):
     velocities: jax.Array
 
     def __init__(self, positions, velocities):
-        self.positions = jnp.asarray(positions)
-        self.velocities = jnp.asarray(velocities)
+        self.positions = _as_array(positions)
+        self.velocities = _as_array(velocities)
+
+
+def _as_array(x):
+    """Numbers, lists and NumPy arrays become JAX arrays; anything else (a JAX array or tracer,
+    and the spec leaves of JAX's pytree prefixes: `None`, an int axis, a `ShapeDtypeStruct`)
+    is kept, so `PhaseSpace(0, None)` works as `vmap`'s `in_axes` and
+    `PhaseSpace(ShapeDtypeStruct, ShapeDtypeStruct)` in `eval_shape`."""
+    if isinstance(x, list | tuple | float | complex | np.ndarray | np.generic):
+        return jnp.asarray(x)
+    return x

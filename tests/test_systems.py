@@ -296,6 +296,16 @@ def test_damped_driven_oscillator_exact_solution():
     assert osc.exact(y0, jnp.linspace(0, 1, 5)).shape == (5, 2)
 
 
+def test_undriven_oscillator_exact_solution_at_drive_frequency_equal_to_omega():
+    # ζ = 0 with the default Ω = 1 = ω: D = 0, but F = 0 means no particular part (was NaN).
+    osc = DampedDrivenOscillator(omega=1.0, zeta=0.0)
+    t = jnp.array([0.0, 1.0, 2.5])
+    np.testing.assert_allclose(osc.exact(jnp.array([1.0, 0.0]), t),
+                               np.stack([np.cos(t), -np.sin(t)], axis=-1), rtol=1e-14, atol=1e-15)
+    grad = jax.grad(lambda w: osc.__class__(omega=w, zeta=0.0).exact(jnp.array([1.0, 0.0]), 2.5)[0])(1.0)
+    np.testing.assert_allclose(grad, -2.5 * np.sin(2.5), rtol=1e-12)  # d/dω cos(ωt) = -t sin ωt
+
+
 def test_pendulum_period():
     pendulum = Pendulum(gravity=9.81, length=0.75)
     amplitudes = np.array([0.01, 0.5, 1.5, 2.5, 3.0])
@@ -643,6 +653,10 @@ INVALID = [
     (lambda: DampedDrivenOscillator(omega=0.0), r"DampedDrivenOscillator: `omega` must be > 0, got 0.0"),
     (lambda: DampedDrivenOscillator(zeta=-0.1), r"DampedDrivenOscillator: `zeta` must be >= 0, got -0.1"),
     (lambda: Pendulum(length=-1.0), r"Pendulum: `length` must be > 0, got -1.0"),
+    (lambda: sciax.systems.VanDerPol(mu=-1.0), r"VanDerPol: `mu` must be >= 0, got -1.0"),
+    (lambda: sciax.systems.Kepler(gm=-1.0), r"Kepler: `gm` must be > 0, got -1.0"),
+    (lambda: sciax.systems.Kepler(masses=jnp.ones(2)), r"Kepler: `masses` must be a scalar, got .*\(2,\)"),
+    (lambda: HarmonicOscillator(masses=0.0), r"HarmonicOscillator: `masses` must be > 0, got 0.0"),
     (lambda: Pendulum(damping=float("nan")), r"Pendulum: `damping` must be >= 0, got nan"),
     (lambda: DoublePendulum(mass2=0.0), r"DoublePendulum: `mass2` must be > 0"),
     (lambda: FitzHughNagumo(tau=0.0), r"FitzHughNagumo: `tau` must be > 0"),
@@ -686,6 +700,18 @@ INVALID = [
 def test_invalid_arguments_raise(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_phase_space_works_as_a_pytree_prefix():
+    # Spec leaves (an int axis, None, ShapeDtypeStruct) stay as given; numbers and lists become arrays.
+    osc = HarmonicOscillator(stiffness=2.0)
+    states = sciax.PhaseSpace(jnp.array([[1.0], [2.0]]), jnp.array([0.5]))
+    energies = jax.vmap(osc.energy, in_axes=(sciax.PhaseSpace(0, None),))(states)
+    np.testing.assert_allclose(energies, [0.5 * 0.25 + 1.0, 0.5 * 0.25 + 4.0], rtol=1e-14)
+    spec = jax.ShapeDtypeStruct((1,), jnp.float32)
+    assert jax.eval_shape(osc.energy, sciax.PhaseSpace(spec, spec)).shape == ()
+    from_lists = sciax.PhaseSpace([1.0, 2.0], (0.0, 0.0))
+    assert isinstance(from_lists.positions, jax.Array) and isinstance(from_lists.velocities, jax.Array)
 
 
 def test_validation_skipped_for_traced_parameters():

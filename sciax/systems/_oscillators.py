@@ -31,6 +31,9 @@ class VanDerPol(AbstractODE):
     n_components: ClassVar[int] = 2
     component_names: ClassVar[tuple[str, ...]] = ('x', 'v')
 
+    def __check_init__(self):
+        check_parameter("VanDerPol", "mu", self.mu)
+
     def vector_field(self, t, y, args=None):
         x, v = components(y, 2, "VanDerPol")
         return like(y, v, self.mu * (1 - x**2) * v - x)
@@ -94,8 +97,8 @@ class DampedDrivenOscillator(AbstractODE):
         The steady-state response x_p = A cos Ωt + B sin Ωt, with
         D = (ω² − Ω²)² + (2ζωΩ)², A = F (ω² − Ω²)/D, B = 2 F ζ ω Ω / D, plus the decaying
         homogeneous solution e^{−ζωt}[a cos ω_d t + b sin ω_d t], ω_d = ω √(1 − ζ²), that
-        matches `y0`. Undefined (division by zero) at undamped resonance ζ = 0, Ω = ω, and
-        for ζ ≥ 1.
+        matches `y0`. Without a drive (F = 0) the steady-state part is 0 for every Ω. Undefined
+        (division by zero) at driven undamped resonance F ≠ 0, ζ = 0, Ω = ω, and for ζ ≥ 1.
 
         **Arguments:** `y0` (shape `(2,)` array or a tuple of two scalars), `t` (scalar or
         array of times).
@@ -107,9 +110,12 @@ class DampedDrivenOscillator(AbstractODE):
         t = jnp.asarray(t)
         w, z = self.omega, self.zeta
         f, big_w = self.drive_amplitude, self.drive_frequency
-        denominator = (w**2 - big_w**2) ** 2 + (2 * z * w * big_w) ** 2
-        a_p = f * (w**2 - big_w**2) / denominator
-        b_p = f * 2 * z * w * big_w / denominator
+        undriven = f == 0
+        # F = 0 has no particular part even at Ω = ω, ζ = 0, where D = 0: keep 0/0 out of the
+        # values and, with the inner where, out of their gradients.
+        denominator = jnp.where(undriven, 1, (w**2 - big_w**2) ** 2 + (2 * z * w * big_w) ** 2)
+        a_p = jnp.where(undriven, 0, f * (w**2 - big_w**2) / denominator)
+        b_p = jnp.where(undriven, 0, f * 2 * z * w * big_w / denominator)
         xh0 = x0 - a_p
         vh0 = v0 - b_p * big_w
         wd = w * jnp.sqrt(1 - z**2)

@@ -10,17 +10,12 @@ from .._validation import check_parameter
 from ._base import AbstractHamiltonian, in_system_precision
 
 
-def _positive_mass_check(name, masses):
-    if not isinstance(masses, jax.core.Tracer) and not bool(jnp.all(masses > 0)):
-        raise ValueError(f"{name}: `masses` must be positive, got {masses}.")
-
-
 class HarmonicOscillator(AbstractHamiltonian):
     """Isotropic harmonic well U(q) = ½ k |q|² for one particle of mass m in d dimensions.
 
     Exact solution: q(t) = q₀ cos ωt + (v₀/ω) sin ωt with ω = √(k/m).
 
-    **Arguments:** `stiffness` k (energy/length²), `masses` m (mass, scalar).
+    **Arguments:** `stiffness` k (energy/length²), `masses` m (mass > 0, scalar).
     State: `PhaseSpace` with positions of shape `(d,)`.
     """
 
@@ -28,7 +23,7 @@ class HarmonicOscillator(AbstractHamiltonian):
     masses: jax.Array = eqx.field(converter=jnp.asarray, default=1.0)
 
     def __check_init__(self):
-        _positive_mass_check("HarmonicOscillator", self.masses)
+        check_parameter("HarmonicOscillator", "masses", self.masses, strict=True, scalar=True)
 
     def potential_energy(self, positions):
         return 0.5 * self.stiffness * jnp.sum(positions**2)
@@ -55,7 +50,7 @@ class Kepler(AbstractHamiltonian):
     Conserved: energy, angular momentum L = μ r × v, and the Laplace–Runge–Lenz vector.
     Units: any consistent set; the defaults (G M = 1, μ = 1) give period 2π a^{3/2}.
 
-    **Arguments:** `gm` (G M, length³/time²), `masses` (μ, scalar).
+    **Arguments:** `gm` (G M > 0, length³/time², scalar), `masses` (μ > 0, scalar).
     State: `PhaseSpace` with positions `(2,)` or `(3,)`.
     """
 
@@ -63,7 +58,8 @@ class Kepler(AbstractHamiltonian):
     masses: jax.Array = eqx.field(converter=jnp.asarray, default=1.0)
 
     def __check_init__(self):
-        _positive_mass_check("Kepler", self.masses)
+        check_parameter("Kepler", "gm", self.gm, strict=True, scalar=True)
+        check_parameter("Kepler", "masses", self.masses, strict=True, scalar=True)
 
     def potential_energy(self, positions):
         return -self.gm * self.masses / jnp.sqrt(jnp.sum(positions**2))
