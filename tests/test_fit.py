@@ -165,6 +165,56 @@ def test_covariance_is_nan_with_fewer_residuals_than_unknowns():
     np.testing.assert_allclose(cov, np.linalg.inv(np.array([[1.0, 2.0], [2.0, 5.0]])), rtol=1e-13)
 
 
+def test_covariance_rank_test_does_not_depend_on_parameter_units():
+    """Columns 10^7 apart through the units alone (float32): the unscaled SVD called this
+    well-posed Jacobian rank-deficient and returned NaN. Reference: float64 (JᵀJ)⁻¹."""
+    from sciax._fit._optimise import gauss_newton_covariance
+
+    rng = np.random.default_rng(1)
+    jac32 = (rng.standard_normal((50, 3)) * np.array([1e5, 1.0, 1e-2])).astype(np.float32)
+    cov, _, _, full_rank = gauss_newton_covariance(jac32, np.zeros(50, np.float32), 3, 3, False)
+    assert full_rank and cov.dtype == np.float32
+    jac64 = jac32.astype(np.float64)
+    expected = np.linalg.inv(jac64.T @ jac64)
+    scale = np.sqrt(np.outer(np.diag(expected), np.diag(expected)))  # compare in correlation units
+    np.testing.assert_allclose(cov / scale, expected / scale, rtol=0, atol=1e-6)
+    jac64[:, 1] = 0.0  # a parameter the data do not depend on: not identifiable
+    cov, _, _, full_rank = gauss_newton_covariance(jac64, np.zeros(50), 3, 3, False)
+    assert not full_rank and np.isnan(cov).all()
+
+
+def test_float32_fit_of_a_large_population_reports_standard_errors():
+    """SIR with N = 10^7 fitting (β, γ, I₀) in float32: the errors match the float64 fit's."""
+    from sciax.systems import SIR
+
+    n, i0 = 1e7, 1e5
+    traj = sciax.simulate(SIR(beta=0.4, gamma=0.1, population=n), jnp.array([n - i0, i0, 0.0]), integrator=RK4(),
+                          dt=0.1, n_steps=600, save_every=10)
+    infected = np.asarray(traj.states[:, 1])
+    sigma = np.sqrt(infected)
+    data = infected + sigma * np.random.default_rng(0).standard_normal(infected.shape)
+    results = {}
+    for dtype in (jnp.float64, jnp.float32):
+        results[dtype] = sciax.fit(
+            sciax.astype(SIR(beta=0.38, gamma=0.11, population=n), dtype),
+            jnp.array([n - 1.1 * i0, 1.1 * i0, 0.0], dtype), np.asarray(traj.times), data.astype(dtype),
+            params=("beta", "gamma"), observe=lambda y: y[1], sigma=sigma.astype(dtype),
+            fit_initial_state=np.array([False, True, False]), rollout=Simulate(RK4(), dt=0.1))
+    r32, r64 = results[jnp.float32], results[jnp.float64]
+    assert r32.converged and "rank-deficient" not in r32.message
+    np.testing.assert_allclose(np.sqrt(np.diag(r32.covariance)), np.sqrt(np.diag(r64.covariance)), rtol=1e-3)
+
+
+def test_masked_array_observations_count_as_missing():
+    """A NumPy masked array's mask is honoured (np.asarray would drop it and fit the masked values)."""
+    corrupted = noisy(3)
+    corrupted[20:30] = 50.0
+    as_masked_array = fit_oscillator(np.ma.masked_where(np.abs(corrupted) > 10, corrupted), sigma=0.05)
+    with_mask = fit_oscillator(corrupted, sigma=0.05, mask=np.abs(corrupted) <= 10)
+    assert as_masked_array.n_observations == with_mask.n_observations == 191
+    np.testing.assert_allclose(as_masked_array.optimum, with_mask.optimum, rtol=1e-12)
+
+
 @pytest.mark.parametrize("solver", ["gauss_newton", "bfgs"])
 def test_solvers_reach_the_same_optimum(solver):
     data = noisy(7)
@@ -484,7 +534,7 @@ class TestBadInput:
         data = CLEAN.copy()
         data[7] = np.nan
         mask = np.ones(data.shape, bool)
-        with pytest.raises(ValueError, match="entries that `mask` marks as observed"):
+        with pytest.raises(ValueError, match="entries marked as observed"):
             fit_oscillator(data, mask=mask)
 
     def test_mismatched_lengths(self):
@@ -545,6 +595,31 @@ class TestBadInput:
     def test_non_positive_sigma(self, sigma):
         with pytest.raises(ValueError, match="`sigma` .* must be positive and finite"):
             fit_oscillator(CLEAN, sigma=sigma)
+
+    @pytest.mark.parametrize("kwargs, error, match", [
+        (dict(sigma="0.05"), TypeError, r"`sigma` .* must hold real numbers, got .* dtype <U4"),
+        (dict(sigma=[None]), TypeError, r"`sigma` .* must hold real numbers, got .* dtype object"),
+        (dict(sigma=True), TypeError, r"`sigma` .* must hold real numbers, got .* dtype bool"),
+        (dict(sigma=0.05 + 0.01j), TypeError, r"`sigma` .* must hold real numbers, got .* dtype complex128"),
+        (dict(t0="zero"), TypeError, r"`t0` must be a real number, got str 'zero'"),
+        (dict(rtol="tight"), TypeError, r"`rtol` must be a real number, got str 'tight'"),
+        (dict(scale_covariance="no"), TypeError, r"`scale_covariance` must be True, False or None"),
+        (dict(throw=1), TypeError, r"`throw` must be True or False, got int 1"),
+    ])
+    def test_arguments_that_are_not_real_numbers_or_booleans(self, kwargs, error, match):
+        with pytest.raises(error, match=match):
+            fit_oscillator(CLEAN, **kwargs)
+
+    def test_complex_times(self):
+        with pytest.raises(ValueError, match=r"`times` must be a non-empty 1-D array .* dtype complex128"):
+            sciax.fit(GUESS, Y0, TIMES + 0j, CLEAN, params="omega", observe=position, rollout=ROLLOUT)
+
+    def test_part_of_a_parameter_cannot_be_selected(self):
+        chain = MassSpringChain(masses=jnp.ones(3), stiffness=jnp.ones(2))
+        with pytest.raises(ValueError, match=r"`stiffness\[0\]` selects part of the parameter `stiffness`; fit "
+                                             r"selects whole fields, so pass 'stiffness'"):
+            sciax.fit(chain, chain.default_state(), TIMES[:3], np.zeros((3, 3, 1)), params="stiffness[0]",
+                      rollout=ROLLOUT, observe=lambda s: s.positions)
 
     def test_observed_shape_does_not_match_observe(self):
         with pytest.raises(ValueError,

@@ -14,9 +14,24 @@ def to_device(x, dtype):
     return jax.device_put(np.asarray(x, dtype=dtype))
 
 
+def real_scalar(name, value) -> float:
+    """`value` as a Python float, or an error naming the argument (strings, complex numbers,
+    booleans and arrays with more than one entry are refused, not converted)."""
+    if isinstance(value, bool | np.bool_) or np.iscomplexobj(value) or np.ndim(value) != 0:
+        raise TypeError(f"fit: `{name}` must be a real number, got {describe(value)}.")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"fit: `{name}` must be a real number, got {describe(value)}.") from None
+
+
+def _is_real(dtype) -> bool:
+    return np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)
+
+
 def check_times(times, t0):
     times = np.asarray(times)
-    if times.ndim != 1 or times.size == 0 or not np.issubdtype(times.dtype, np.number):
+    if times.ndim != 1 or times.size == 0 or not _is_real(times.dtype):
         raise ValueError(f"fit: `times` must be a non-empty 1-D array of observation times, got {describe(times)}.")
     eps = float(np.finfo(times.dtype).eps) if np.issubdtype(times.dtype, np.floating) else 0.0
     times = times.astype(np.float64)
@@ -29,7 +44,7 @@ def check_times(times, t0):
             f"fit: `times` must be strictly increasing; times[{i}] = {float(times[i]):.10g} is followed by "
             f"times[{i + 1}] = {float(times[i + 1]):.10g}. Sort the observations by time (and merge repeats)."
         )
-    t0 = float(times[0]) if t0 is None else float(t0)
+    t0 = float(times[0]) if t0 is None else real_scalar("t0", t0)
     if not np.isfinite(t0):
         raise ValueError(f"fit: `t0` must be a finite time, got {t0!r}.")
     if times[0] < t0:
@@ -47,7 +62,8 @@ def check_times(times, t0):
 
 
 def check_observed(observed, n_times, expected, dtype):
-    """Leaves of `observed` as numpy arrays, checked against the model output `expected`."""
+    """Leaves of `observed` as numpy arrays, checked against the model output `expected`, and
+    per leaf the entries a NumPy masked array marks as missing (None for a plain array)."""
     leaves, treedef = jtu.tree_flatten(observed)
     exp_leaves, exp_def = jtu.tree_flatten(expected)
     if treedef != exp_def:
@@ -55,10 +71,11 @@ def check_observed(observed, n_times, expected, dtype):
             f"fit: `observed` has the structure {treedef} but `observe(state)` returns {exp_def}; pass "
             "observe=... returning what was measured (e.g. observe=lambda s: s.positions)."
         )
-    out = []
+    out, missing = [], []
     for leaf, exp in zip(leaves, exp_leaves):
-        arr = np.asarray(leaf)
-        if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        masked = np.ma.isMaskedArray(leaf)  # np.asarray would drop the mask and fit the masked values
+        arr = np.ma.getdata(leaf) if masked else np.asarray(leaf)
+        if not _is_real(arr.dtype):
             raise TypeError(f"fit: `observed` must hold real numbers, got {describe(arr)}.")
         if arr.ndim == 0 or arr.shape[0] != n_times:
             raise ValueError(
@@ -73,7 +90,8 @@ def check_observed(observed, n_times, expected, dtype):
                 "observe=lambda y: y[:2]) or reshape `observed` to (n_times, *shape)."
             )
         out.append(arr.astype(dtype))
-    return out, treedef
+        missing.append(np.ma.getmaskarray(leaf) if masked else None)
+    return out, treedef, missing
 
 
 def _as_leaves(value, treedef, shapes, what):
@@ -100,7 +118,9 @@ def _as_leaves(value, treedef, shapes, what):
     return out
 
 
-def check_mask_sigma(obs_leaves, treedef, times, mask, sigma):
+def check_mask_sigma(obs_leaves, treedef, times, mask, sigma, missing):
+    """The mask (`mask`, and False where a masked array in `observed` is masked) and sigma
+    per leaf, checked: NaN/Inf only at missing entries, sigma real, positive and finite."""
     shapes = [x.shape for x in obs_leaves]
     mask_leaves = _as_leaves(mask, treedef, shapes, "mask")
     if mask_leaves is None:
@@ -109,6 +129,9 @@ def check_mask_sigma(obs_leaves, treedef, times, mask, sigma):
     else:
         if not all(m.dtype == np.bool_ for m in mask_leaves):
             raise TypeError("fit: `mask` must be boolean: True where a value was observed, False where it is missing.")
+        given = True
+    if any(m is not None for m in missing):
+        mask_leaves = [m if miss is None else m & ~miss for m, miss in zip(mask_leaves, missing)]
         given = True
     for leaf, m in zip(obs_leaves, mask_leaves):
         bad = m & ~np.isfinite(leaf)
@@ -120,8 +143,8 @@ def check_mask_sigma(obs_leaves, treedef, times, mask, sigma):
                 where += f", component {tuple(int(j) for j in idx[1:])}"
             if given:
                 raise ValueError(
-                    f"fit: `observed` has {n} NaN/Inf value(s) at entries that `mask` marks as observed "
-                    f"(first at {where}); set mask to False there."
+                    f"fit: `observed` has {n} NaN/Inf value(s) at entries marked as observed (by `mask` or "
+                    f"a masked array's mask; first at {where}); mark them as missing there."
                 )
             raise ValueError(
                 f"fit: `observed` has {n} NaN/Inf value(s) (first at {where}) and no `mask` was given; "
@@ -132,7 +155,12 @@ def check_mask_sigma(obs_leaves, treedef, times, mask, sigma):
     sigma_leaves = _as_leaves(sigma, treedef, shapes, "sigma")
     if sigma_leaves is not None:
         for s in sigma_leaves:
-            if not np.issubdtype(s.dtype, np.number) or not np.all(np.isfinite(s) & (s > 0)):
+            if not _is_real(s.dtype):
+                raise TypeError(
+                    f"fit: `sigma` (the standard deviation of each observation) must hold real numbers, "
+                    f"got {describe(s)}."
+                )
+            if not np.all(np.isfinite(s) & (s > 0)):
                 raise ValueError(
                     f"fit: `sigma` (the standard deviation of each observation) must be positive and "
                     f"finite everywhere, got minimum {float(np.min(s)):.10g}. For weights w pass sigma = 1/sqrt(w)."

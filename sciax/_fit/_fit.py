@@ -123,6 +123,11 @@ def fit(
     optimiser, options, mode = choose_solver(solver, jacobian, rtol, atol, dtype, problem)
     if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
         raise ValueError(f"fit: `max_steps` must be a positive int, got {max_steps!r}.")
+    if scale_covariance is not None and not isinstance(scale_covariance, bool | np.bool_):
+        raise TypeError(f"fit: `scale_covariance` must be True, False or None (the default), got "
+                        f"{describe(scale_covariance)}.")
+    if not isinstance(throw, bool | np.bool_):
+        raise TypeError(f"fit: `throw` must be True or False, got {describe(throw)}.")
     rollout.check_jacobian(mode)
     problem = eqx.tree_at(lambda p: p.rollout, problem, rollout.for_jacobian(mode))
     scale = (not sigma_given) if scale_covariance is None else bool(scale_covariance)
@@ -198,8 +203,8 @@ def _build_problem(system, state0, times, observed, params, rollout, transforms,
         expected = jax.eval_shape(observe_fn, state0)
     except Exception as err:
         raise TypeError(f"fit: `observe(state0)` failed: {type(err).__name__}: {err}") from err
-    obs_leaves, obs_def = check_observed(observed, times.size, expected, dtype)
-    mask_leaves, sigma_leaves, _ = check_mask_sigma(obs_leaves, obs_def, times, mask, sigma)
+    obs_leaves, obs_def, missing = check_observed(observed, times.size, expected, dtype)
+    mask_leaves, sigma_leaves, _ = check_mask_sigma(obs_leaves, obs_def, times, mask, sigma, missing)
     keep_flags = np.concatenate([m.ravel() for m in mask_leaves])
     keep = to_device(np.flatnonzero(keep_flags), np.int32)
     observed_filled = tuple(to_device(np.where(m, x, 0), dtype) for x, m in zip(obs_leaves, mask_leaves))

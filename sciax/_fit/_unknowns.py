@@ -67,7 +67,18 @@ def resolve_params(system, params, transforms):
             hits = [i for i, p in enumerate(with_paths) if jtu.keystr(p[0]) == key
                     or jtu.keystr(p[0]).startswith((key + ".", key + "["))]
             if not hits:
-                top = name.split(".")[0].split("[")[0]
+                top = name.lstrip(".").split(".")[0].split("[")[0]
+                if top in float_names:
+                    raise ValueError(
+                        f"fit: `{name}` selects part of the parameter `{top}`; fit selects whole fields, "
+                        f"so pass '{top}' to fit all of its entries (fittable fields: {valid})."
+                    )
+                under = [n for n in float_names if n.startswith((top + ".", top + "["))]
+                if under:
+                    raise ValueError(
+                        f"fit: {system_name} has no parameter `{name}`; the parameters under `{top}` are "
+                        f"{', '.join(repr(n) for n in under)}."
+                    )
                 if any(f.name == top for f in dataclasses.fields(system)):
                     raise ValueError(
                         f"fit: `{name}` is a field of {system_name} but not a fittable parameter (it is "
