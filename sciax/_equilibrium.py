@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import optimistix as optx
 
+from ._errors import StateMismatchError
 from ._validation import check_precision, describe, state_dtype
 from .systems._base import AbstractHamiltonian
 
@@ -67,8 +68,12 @@ def equilibrium(
         raise TypeError(f"equilibrium: `system` must be an AbstractHamiltonian particle system, "
                         f"got {type(system).__name__}.")
     positions0 = jnp.asarray(positions0)
-    dtype = state_dtype(positions0)
+    try:
+        dtype = state_dtype(positions0)
+    except StateMismatchError as err:
+        raise StateMismatchError(f"equilibrium: `positions0`: {err}") from None
     check_precision(system, dtype, "equilibrium")
+    check_precision(external_force, dtype, "equilibrium", what="`external_force`")
     expected = jnp.shape(system.masses)
     if positions0.ndim == 0 or positions0.shape[:-1] != expected:
         raise ValueError(f"equilibrium: `positions0` must have shape masses.shape + (d,) = {expected} + (d,), "

@@ -94,9 +94,11 @@ def simulate(
     dt = jnp.asarray(dt, dtype=dtype)
     t0 = jnp.asarray(t0, dtype=dtype)
     observables = {name: by_code(fn) for name, fn in (observables or {}).items()}  # a new lambda: no recompile
+    _check_step_counter(step_offset, n_steps)  # before jnp.asarray: 2**31 does not fit int32
     step_offset = jnp.asarray(step_offset)
     if jnp.ndim(step_offset) != 0 or not jnp.issubdtype(step_offset.dtype, jnp.integer):
         raise TypeError(f"`step_offset` must be an integer scalar, got {describe(step_offset)}.")
+    _check_step_counter(step_offset, n_steps)
     if key is not None and is_concrete(step_offset) and int(step_offset) + n_steps > _MAX_KEYED_STEPS:
         raise ValueError(
             f"simulate: a stochastic run can take at most 2**32 steps: the key of step n is "
@@ -113,6 +115,22 @@ def simulate(
 
 
 _MAX_KEYED_STEPS = 2**32  # jax.random.fold_in takes 32 bits of the step index
+
+
+def _check_step_counter(step_offset, n_steps):
+    """The global step index step_offset + n must fit JAX's integers (int32 unless x64 is on):
+    past 2**31 − 1 it would wrap to negative steps, times and keys."""
+    if isinstance(step_offset, bool) or not isinstance(step_offset, int | np.integer | jax.Array | np.ndarray) \
+            or not is_concrete(step_offset) or np.ndim(step_offset) != 0 \
+            or not np.issubdtype(np.asarray(step_offset).dtype, np.integer):
+        return  # traced, or not an integer scalar (refused with a TypeError after conversion)
+    limit = np.iinfo(np.int64 if jax.config.jax_enable_x64 else np.int32).max
+    last = int(step_offset) + n_steps
+    if last > limit:
+        raise ValueError(
+            f"simulate: `step_offset` + `n_steps` = {last} exceeds the largest step index JAX's "
+            f"{'int64' if limit > 2**31 else 'int32'} counter holds ({limit}); the steps would wrap to negative "
+            "indices and times. Turn on 64-bit mode (jax.config.update('jax_enable_x64', True)) for longer runs.")
 
 
 def _validate(system, state0, integrator, dt, n_steps, save_every, key, observables, adjoint):
@@ -136,7 +154,8 @@ def _validate(system, state0, integrator, dt, n_steps, save_every, key, observab
     integrator.check_system(system)
     system.check_state(state0)
     dtype = state_dtype(state0)
-    check_precision((system, integrator), dtype, "simulate")
+    check_precision(system, dtype, "simulate")
+    check_precision(integrator, dtype, "simulate", what="the integrator")
     positive_finite_scalar("dt", dt)
     n_steps = positive_int("n_steps", n_steps)
     save_every = positive_int("save_every", save_every)

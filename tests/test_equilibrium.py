@@ -93,3 +93,9 @@ def test_bad_input():
         sciax.equilibrium(chain, jnp.zeros((3, 1)), external_force=jnp.zeros(3))
     with pytest.raises(ValueError, match="`fixed` must be a bool array"):
         sciax.equilibrium(chain, jnp.zeros((3, 1)), fixed=jnp.zeros((3, 1)))
+    # One precision, as in simulate: a float64 load on float32 positions is refused, not cast.
+    chain32 = sciax.astype(chain, jnp.float32)
+    with pytest.raises(TypeError, match=r"the state is float32 but `external_force` has wider float parameters"):
+        sciax.equilibrium(chain32, jnp.zeros((3, 1), jnp.float32), external_force=jnp.ones((3, 1), jnp.float64))
+    with pytest.raises(sciax.StateMismatchError, match=r"equilibrium: `positions0`: .*floating point"):
+        sciax.equilibrium(chain, jnp.zeros((3, 1), jnp.int32))

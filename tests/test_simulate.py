@@ -270,6 +270,38 @@ def test_numpy_float64_args_are_fine_when_x64_is_off():
     assert out.stdout.strip() == "float32"
 
 
+def test_step_index_past_the_int32_counter_is_refused_when_x64_is_off():
+    """With x64 off step indices are int32: step_offset + n past 2**31 − 1 wrapped to negative
+    times (2.1e9 → −2.1e9 mid-run); 2**31 itself raised a bare OverflowError."""
+    script = (
+        "import jax.numpy as jnp, sciax\n"
+        "from sciax.systems import DampedDrivenOscillator\n"
+        "kw = dict(integrator=sciax.integrators.Euler(), dt=1.0, n_steps=6)\n"
+        "tr = sciax.simulate(DampedDrivenOscillator(), jnp.ones(2), step_offset=2**31 - 7, **kw)\n"
+        "print(bool((tr.times > 2e9).all()))\n"
+        "for offset in (2**31 - 3, 2**31 + 10, jnp.int32(2**31 - 3)):\n"
+        "    try:\n"
+        "        sciax.simulate(DampedDrivenOscillator(), jnp.ones(2), step_offset=offset, **kw)\n"
+        "    except ValueError as err:\n"
+        "        print('refused' if 'exceeds the largest step index' in str(err) and 'int32' in str(err) else err)\n"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "JAX_ENABLE_X64": "0"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "refused", "refused", "refused"]
+
+
+def test_wider_integrator_parameters_are_named_as_the_integrators():
+    s32 = sciax.astype(HarmonicOscillator().default_state(), jnp.float32)
+    with pytest.raises(TypeError, match=r"the state is float32 but the integrator has wider float parameters at .kT"):
+        sciax.simulate(sciax.astype(HarmonicOscillator(), jnp.float32), s32,
+                       integrator=si.LangevinBAOAB(kT=jnp.array(1.0, jnp.float64), friction=1.0), dt=0.1, n_steps=2,
+                       key=jr.key(0))
+
+
 def test_wider_parameters_than_state_are_refused_not_downcast():
     s32 = Y0.astype(jnp.float32)
     with pytest.raises(TypeError, match=r"the state is float32 but the system has wider float parameters at .*rho"):
