@@ -37,8 +37,9 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None, *,
 
     **Arguments:**
 
-    - `directory`: where the cache lives (created if missing); default
-      `default_cache_directory()`. JAX also accepts `gs://` and other URLs it knows.
+    - `directory`: where the cache lives (created if missing); default `$SCIAX_CACHE_DIR`,
+      else `$XDG_CACHE_HOME/sciax/jax`, else `~/.cache/sciax/jax`. JAX also accepts `gs://`
+      and other URLs it knows.
     - `min_compile_time_s`: only programs that took at least this long (seconds) to compile
       are written, so the cache does not fill with trivial ones.
 

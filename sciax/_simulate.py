@@ -75,7 +75,8 @@ def simulate(
     - `step_offset`: global index of the first step, for continuing a run in chunks: step `n`
       of this call runs from time `t0 + (step_offset + n) dt` with key
       `fold_in(key, step_offset + n)`, so a run split into chunks (same `t0`, each chunk
-      starting from the previous final state) is bitwise equal to one call.
+      starting from the previous final state) is bitwise equal to one call. Step indices are
+      JAX integers: `step_offset + n_steps` must stay below 2**31 unless x64 is on.
 
     **Returns:** a `Trajectory`.
 

@@ -112,8 +112,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--n-steps", type=int, metavar="N", default=None,
                    help="override [run] n_steps (e.g. a short smoke test); a multiple of save_every")
     p.add_argument("--no-compilation-cache", action="store_true",
-                   help="do not keep compiled programs on disk (default: kept in $SCIAX_CACHE_DIR or "
-                        "~/.cache/sciax/jax, so a second run of a scenario skips most compilation)")
+                   help="do not keep compiled programs on disk (default: kept in $SCIAX_CACHE_DIR, else "
+                        "$XDG_CACHE_HOME/sciax/jax or ~/.cache/sciax/jax, so a second run of a scenario skips most compilation)")
     return parser
 
 

@@ -110,6 +110,8 @@ def test_covariance_matches_scipy_least_squares():
     np.testing.assert_allclose(result.standard_errors["omega"], np.sqrt(expected[0, 0]), rtol=1e-6)
     corr = expected[0, 1] / np.sqrt(expected[0, 0] * expected[1, 1])
     np.testing.assert_allclose(result.correlation, [[1, corr], [corr, 1]], rtol=1e-6)
+    assert f"C(omega, zeta) = {corr: .3f}" in result.summary()
+    assert result.summary(min_correlation=1.0).endswith("correlations (|C| ≥ 1): none")
 
     # With sigma given the covariance is not rescaled: σ² (JᵀJ)⁻¹.
     with_sigma = fit_oscillator(data, sigma=0.05)

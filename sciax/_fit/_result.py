@@ -80,8 +80,9 @@ class FitResult(eqx.Module):
     optimum: jax.Array | None = None  # physical vector of all unknowns
     scale: jax.Array | None = None  # dv/du at the optimum (the transforms' derivatives)
 
-    def summary(self) -> str:
-        """A table of the fitted values ± standard errors, and the fit's status."""
+    def summary(self, min_correlation: float = 0.1) -> str:
+        """The fit's status, the fitted values ± standard errors, and the correlations
+        C(a, b) with |C| ≥ `min_correlation`, strongest first (all of them: `correlation`)."""
         status = f"converged: {self.converged}" + ("" if self.converged else f" ({self.message})")
         counts = (f"steps: {self.n_steps}   loss ½Σr²: {float(self.loss):.6g}   "
                   f"n = {self.n_observations}, p = {self.n_parameters}")
@@ -91,6 +92,13 @@ class FitResult(eqx.Module):
         errors = np.sqrt(np.diag(np.asarray(self.covariance)))
         for name, value, error in zip(self.labels, values, errors):
             lines.append(f"  {name:<{width}}  {value: .6g} ± {error:.3g}")
+        q = len(self.labels)
+        if q > 1:
+            corr = np.asarray(self.correlation)
+            pairs = sorted(((corr[i, j], self.labels[i], self.labels[j]) for i in range(q) for j in range(i)
+                            if not abs(corr[i, j]) < min_correlation), key=lambda c: -abs(c[0]))
+            lines.append(f"correlations (|C| ≥ {min_correlation:g}):" + ("" if pairs else " none"))
+            lines += [f"  C({b}, {a}) = {c: .3f}" for c, a, b in pairs]
         return "\n".join(lines)
 
     def _flat_values(self):
