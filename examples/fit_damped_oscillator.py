@@ -3,7 +3,7 @@
 Synthetic data: the exact solution of ẍ + 2ζωẋ + ω²x = 0 with the true (ω, ζ) = (2.0, 0.1),
 x(0) = 1, v(0) = 0, sampled at 200 times over [0, 20) and corrupted by Gaussian noise of
 standard deviation 0.05. The fit starts from (ω, ζ) = (1.5, 0.3), integrates with RK4 at
-dt = 0.01 (its error, ~1e-7, is far below the noise) and fits the initial position too.
+dt = 0.01 (its error, ~1e-8, is far below the noise) and fits the initial position too.
 Because `sigma` is given, the standard errors are the absolute ones, σ²(JᵀJ)⁻¹; the truth
 should lie within about 2 of them (and almost always within 3).
 

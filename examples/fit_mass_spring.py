@@ -68,7 +68,7 @@ for (i, j), true in zip(lattice.springs, true_k):
     ax_net.plot(*q[[i, j]].T, color="0.6", lw=1 + 2 * true, zorder=1)
 for m in range(q.shape[0]):
     ax_net.plot(measured[:, m, 0], measured[:, m, 1], ".", ms=2, alpha=0.5)
-ax_net.set(aspect="equal", title="lattice (line width ∝ k) and measured positions", xlabel="x", ylabel="y")
+ax_net.set(aspect="equal", title="lattice (line width 1 + 2k) and measured positions", xlabel="x", ylabel="y")
 ax_k.errorbar(np.arange(n_springs), k, yerr=2 * se, fmt="o", ms=4, capsize=2, label="fitted ± 2 SE")
 ax_k.plot(np.arange(n_springs), true_k, "x", color="C3", label="truth")
 ax_k.set_xticks(range(0, n_springs, 2))

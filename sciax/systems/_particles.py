@@ -15,15 +15,16 @@ class HarmonicOscillator(AbstractHamiltonian):
 
     Exact solution: q(t) = q₀ cos ωt + (v₀/ω) sin ωt with ω = √(k/m).
 
-    **Arguments:** `stiffness` k (energy/length²), `masses` m (mass > 0, scalar).
-    State: `PhaseSpace` with positions of shape `(d,)`.
+    **Arguments:** `stiffness` k (energy/length²), `masses` m (mass > 0): a scalar for one
+    particle, state `PhaseSpace` with positions of shape `(d,)`; or shape `(N,)` for N
+    independent particles in the same well, positions `(N, d)`.
     """
 
     stiffness: jax.Array = eqx.field(converter=jnp.asarray, default=1.0)
     masses: jax.Array = eqx.field(converter=jnp.asarray, default=1.0)
 
     def __check_init__(self):
-        check_parameter("HarmonicOscillator", "masses", self.masses, strict=True, scalar=True)
+        check_parameter("HarmonicOscillator", "masses", self.masses, strict=True)
 
     def potential_energy(self, positions):
         return 0.5 * self.stiffness * jnp.sum(positions**2)
@@ -31,10 +32,11 @@ class HarmonicOscillator(AbstractHamiltonian):
     def exact(self, state0: PhaseSpace, t) -> PhaseSpace:
         """The exact state at time `t` (a scalar or an array of times: a leading axis) from
         `state0` at time 0."""
-        w = jnp.sqrt(self.stiffness / self.masses)
-        wt = w * jnp.asarray(t)[..., None]  # times (...,) against positions (d,): (..., d)
-        c, s = jnp.cos(wt), jnp.sin(wt)
         q0, v0 = state0.positions, state0.velocities
+        w = jnp.sqrt(self.stiffness / self.masses)[..., None]  # masses.shape + (1,), against (..., d)
+        t = jnp.asarray(t)
+        wt = w * t.reshape(t.shape + (1,) * q0.ndim)  # times (T...) in front: (T..., *positions.shape)
+        c, s = jnp.cos(wt), jnp.sin(wt)
         return PhaseSpace(q0 * c + v0 / w * s, -q0 * w * s + v0 * c)
 
     @in_system_precision
