@@ -125,13 +125,14 @@ def _check_step_counter(step_offset, n_steps):
             or not is_concrete(step_offset) or np.ndim(step_offset) != 0 \
             or not np.issubdtype(np.asarray(step_offset).dtype, np.integer):
         return  # traced, or not an integer scalar (refused with a TypeError after conversion)
-    limit = np.iinfo(np.int64 if jax.config.jax_enable_x64 else np.int32).max
-    last = int(step_offset) + n_steps
-    if last > limit:
+    counter = np.iinfo(np.int64 if jax.config.jax_enable_x64 else np.int32)
+    first, last = int(step_offset), int(step_offset) + n_steps
+    if last > counter.max or first < counter.min:
         raise ValueError(
-            f"simulate: `step_offset` + `n_steps` = {last} exceeds the largest step index JAX's "
-            f"{'int64' if limit > 2**31 else 'int32'} counter holds ({limit}); the steps would wrap to negative "
-            "indices and times. Turn on 64-bit mode (jax.config.update('jax_enable_x64', True)) for longer runs.")
+            f"simulate: the step indices `step_offset` … `step_offset` + `n_steps` = {first} … {last} leave "
+            f"the range of JAX's {counter.dtype} step counter [{counter.min}, {counter.max}]; the steps would "
+            "wrap around, with wrong times. Turn on 64-bit mode (jax.config.update('jax_enable_x64', True)) "
+            "for longer runs.")
 
 
 def _validate(system, state0, integrator, dt, n_steps, save_every, key, observables, adjoint):

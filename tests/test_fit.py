@@ -215,6 +215,10 @@ def test_masked_array_observations_count_as_missing():
     with_mask = fit_oscillator(corrupted, sigma=0.05, mask=np.abs(corrupted) <= 10)
     assert as_masked_array.n_observations == with_mask.n_observations == 191
     np.testing.assert_allclose(as_masked_array.optimum, with_mask.optimum, rtol=1e-12)
+    # plot_fit draws the same points: the masked (corrupted) values are not data.
+    fig = sciax.plot_fit(as_masked_array, TIMES, np.ma.masked_where(np.abs(corrupted) > 10, corrupted), n_samples=0)
+    drawn = fig.axes[0].lines[1].get_ydata()
+    assert len(drawn) == 191 and np.max(np.abs(drawn)) < 10
 
 
 @pytest.mark.parametrize("solver", ["gauss_newton", "bfgs"])

@@ -304,6 +304,13 @@ def test_undriven_oscillator_exact_solution_at_drive_frequency_equal_to_omega():
                                np.stack([np.cos(t), -np.sin(t)], axis=-1), rtol=1e-14, atol=1e-15)
     grad = jax.grad(lambda w: osc.__class__(omega=w, zeta=0.0).exact(jnp.array([1.0, 0.0]), 2.5)[0])(1.0)
     np.testing.assert_allclose(grad, -2.5 * np.sin(2.5), rtol=1e-12)  # d/dω cos(ωt) = -t sin ωt
+    # Away from resonance the derivative in F at F = 0 is the particular part's, not 0.
+    def x_at(f):
+        return DampedDrivenOscillator(omega=2.0, zeta=0.1, drive_amplitude=f, drive_frequency=1.3).exact(
+            jnp.array([1.0, 0.3]), 2.7)[0]
+
+    h = 1e-5
+    np.testing.assert_allclose(jax.grad(x_at)(0.0), (x_at(h) - x_at(-h)) / (2 * h), rtol=1e-8)
 
 
 def test_pendulum_period():

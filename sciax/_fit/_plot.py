@@ -50,7 +50,8 @@ def plot_fit(result: FitResult, times, observed, *, mask=None, n_samples: int = 
         raise ValueError(f"plot_fit: `level` must lie in (0, 1), got {level!r}.")
     problem = result.problem
     times = np.asarray(times, dtype=np.float64)
-    obs_leaves = [np.asarray(x, dtype=np.float64) for x in problem.obs_treedef.flatten_up_to(observed)]
+    raw_leaves = problem.obs_treedef.flatten_up_to(observed)
+    obs_leaves = [np.asarray(np.ma.getdata(x), dtype=np.float64) for x in raw_leaves]
     if mask is None:
         mask_leaves = [np.ones(x.shape, bool) for x in obs_leaves]
     else:
@@ -59,6 +60,8 @@ def plot_fit(result: FitResult, times, observed, *, mask=None, n_samples: int = 
         except (ValueError, TypeError):
             mask_leaves = [mask] * len(obs_leaves)
         mask_leaves = [np.broadcast_to(np.asarray(m, bool), x.shape) for m, x in zip(mask_leaves, obs_leaves)]
+    # As in fit: a NumPy masked array's masked entries are missing data, not points to draw.
+    mask_leaves = [m & ~np.ma.getmaskarray(x) for m, x in zip(mask_leaves, raw_leaves)]
     data = np.concatenate([x.reshape(x.shape[0], -1) for x in obs_leaves], axis=1)
     shown = np.concatenate([m.reshape(m.shape[0], -1) for m in mask_leaves], axis=1) & np.isfinite(data)
     n_comp = data.shape[1]

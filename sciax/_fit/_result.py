@@ -14,6 +14,9 @@ class FitError(RuntimeError):
         self.result = result
 
 
+_MAX_LISTED = 12  # correlations in summary()
+
+
 class FitResult(eqx.Module):
     """What `sciax.fit` found.
 
@@ -98,7 +101,9 @@ class FitResult(eqx.Module):
             pairs = sorted(((corr[i, j], self.labels[i], self.labels[j]) for i in range(q) for j in range(i)
                             if not abs(corr[i, j]) < min_correlation), key=lambda c: -abs(c[0]))
             lines.append(f"correlations (|C| ≥ {min_correlation:g}):" + ("" if pairs else " none"))
-            lines += [f"  C({b}, {a}) = {c: .3f}" for c, a, b in pairs]
+            lines += [f"  C({b}, {a}) = {c: .3f}" for c, a, b in pairs[:_MAX_LISTED]]
+            if len(pairs) > _MAX_LISTED:
+                lines.append(f"  … and {len(pairs) - _MAX_LISTED} more (all of them: .correlation)")
         return "\n".join(lines)
 
     def _flat_values(self):

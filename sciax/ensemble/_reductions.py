@@ -49,10 +49,28 @@ def _abs2(x):
     return (x * jnp.conj(x)).real if jnp.issubdtype(x.dtype, jnp.complexfloating) else x * x
 
 
+_SUM_BLOCK = 256  # members per block of a grouped sum
+
+
 def _segment_sum(x, groups, n_groups):
+    """Σ over the members of each group: `(B, ...)` -> `(n_groups, ...)`.
+
+    A segment sum (a scatter-add) adds members one after another, so its float round-off grows
+    with the number of members; it runs here within blocks of max(256, n_groups) members, and
+    the blocks' sums are added by a reduction. The block partials take at most B entries.
+    """
     if n_groups == 1:
         return jnp.sum(x, axis=0, keepdims=True)
-    return jax.ops.segment_sum(x, groups, num_segments=n_groups, indices_are_sorted=False)
+    size = x.shape[0]
+    block = max(_SUM_BLOCK, n_groups)
+    n_blocks = -(-size // block)
+    if n_blocks == 1:
+        return jax.ops.segment_sum(x, groups, num_segments=n_groups, indices_are_sorted=False)
+    pad = n_blocks * block - size  # padded members add 0 to group 0
+    x = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
+    ids = jnp.arange(n_blocks * block) // block * n_groups + jnp.pad(groups, (0, pad))
+    partial = jax.ops.segment_sum(x, ids, num_segments=n_blocks * n_groups, indices_are_sorted=False)
+    return jnp.sum(partial.reshape((n_blocks, n_groups) + x.shape[1:]), axis=0)
 
 
 def _segment_min(x, groups, n_groups):
@@ -62,13 +80,13 @@ def _segment_min(x, groups, n_groups):
 
 
 def _pivoted_sums(x, mask, groups, n_groups):
-    """Per group: the count n, a pivot p and S = Σ (x − p) over the counted members.
+    """Per group: the count n, a finite pivot p and S = Σ (x − p) over the counted members.
 
-    The pivot is the group's first counted member with a finite value (0 if none; 0 for
-    integers, which add exactly). Summing deviations from a value of the data instead of the
-    raw values keeps a float32 sum accurate whatever the data's offset: a segment sum adds
-    members one after another, so 10^5 values of 10^4 + N(0, 1) summed raw lost ~7 in the mean
-    (and the variance about that mean came out 56 instead of 1).
+    Two passes: about the group's first counted member with a finite value, then about the mean
+    that gives (0 if none; 0 for integers, which add exactly). Summing deviations from the mean
+    instead of the raw values keeps a float32 sum accurate whatever the data's offset: a segment
+    sum adds members one after another, so 10^5 values of 10^4 + N(0, 1) summed raw lost ~7 in
+    the mean (and the variance about that mean came out 56 instead of 1).
     """
     n = _segment_sum(mask.astype(_count_dtype()), groups, n_groups)
     m = _bcast(mask, x)
@@ -79,6 +97,12 @@ def _pivoted_sums(x, mask, groups, n_groups):
         first = _segment_min(jnp.where(m & jnp.isfinite(x), index, size), groups, n_groups)
         found = first < size
         pivot = jnp.where(found, jnp.take_along_axis(x, jnp.minimum(first, size - 1), axis=0), zero)
+        # Second pass about the first pass's mean: a pivot far from the group's mean (an outlier
+        # first, or two clusters at ±a) made every deviation large and of one sign, and a float32
+        # sum of 10^5 of them lost the mean's sign.
+        s = _segment_sum(jnp.where(m, x - pivot[groups], zero), groups, n_groups)
+        moved = pivot + s / _bcast(jnp.maximum(n, 1), s).astype(x.dtype)
+        pivot = jnp.where(jnp.isfinite(moved), moved, pivot)
     else:
         pivot = jnp.zeros((n_groups,) + x.shape[1:], x.dtype)
     return n, pivot, _segment_sum(jnp.where(m, x - pivot[groups], zero), groups, n_groups)

@@ -110,12 +110,12 @@ class DampedDrivenOscillator(AbstractODE):
         t = jnp.asarray(t)
         w, z = self.omega, self.zeta
         f, big_w = self.drive_amplitude, self.drive_frequency
-        undriven = f == 0
-        # F = 0 has no particular part even at Ω = ω, ζ = 0, where D = 0: keep 0/0 out of the
-        # values and, with the inner where, out of their gradients.
-        denominator = jnp.where(undriven, 1, (w**2 - big_w**2) ** 2 + (2 * z * w * big_w) ** 2)
-        a_p = jnp.where(undriven, 0, f * (w**2 - big_w**2) / denominator)
-        b_p = jnp.where(undriven, 0, f * 2 * z * w * big_w / denominator)
+        denominator = (w**2 - big_w**2) ** 2 + (2 * z * w * big_w) ** 2
+        # F = 0 has no particular part even at Ω = ω, ζ = 0, where D = 0: replace only that 0/0
+        # (F · anything / 1 = 0), so ∂/∂F at F = 0 keeps its value (ω² − Ω²)/D elsewhere.
+        denominator = jnp.where((f == 0) & (denominator == 0), 1, denominator)
+        a_p = f * (w**2 - big_w**2) / denominator
+        b_p = f * 2 * z * w * big_w / denominator
         xh0 = x0 - a_p
         vh0 = v0 - b_p * big_w
         wd = w * jnp.sqrt(1 - z**2)
