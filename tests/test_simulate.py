@@ -250,6 +250,19 @@ def test_wider_args_than_state_are_refused_by_simulate_and_solve():
         sciax.simulate(Driven(), y32, integrator=si.RK4(), dt=0.1, n_steps=2, args=np.float64(1.0) * np.ones(1))
 
 
+def run_without_x64(script: str) -> str:
+    """Run `script` in a fresh Python with JAX's default 32-bit mode (this process has x64 on);
+    returns its stdout."""
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "JAX_ENABLE_X64": "0"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
 def test_numpy_float64_args_are_fine_when_x64_is_off():
     """With x64 off (JAX's default) a NumPy float64 array becomes float32 in JAX: not refused."""
     script = (
@@ -261,13 +274,7 @@ def test_numpy_float64_args_are_fine_when_x64_is_off():
         " args=np.array([0.5]))\n"
         "print(tr.states.dtype)\n"
     )
-    import subprocess
-    import sys
-
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                         env={**__import__("os").environ, "JAX_ENABLE_X64": "0"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "float32"
+    assert run_without_x64(script).strip() == "float32"
 
 
 def test_step_index_past_the_int32_counter_is_refused_when_x64_is_off():
@@ -285,13 +292,7 @@ def test_step_index_past_the_int32_counter_is_refused_when_x64_is_off():
         "    except ValueError as err:\n"
         "        print('refused' if 'leave the range of JAX' in str(err) and 'int32' in str(err) else err)\n"
     )
-    import subprocess
-    import sys
-
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                         env={**__import__("os").environ, "JAX_ENABLE_X64": "0"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["True", "refused", "refused", "refused", "refused"]
+    assert run_without_x64(script).split() == ["True", "refused", "refused", "refused", "refused"]
 
 
 def test_wider_integrator_parameters_are_named_as_the_integrators():
