@@ -84,9 +84,9 @@ def _pivoted_sums(x, mask, groups, n_groups):
 
     Two passes: about the group's first counted member with a finite value, then about the mean
     that gives (0 if none; 0 for integers, which add exactly). Summing deviations from the mean
-    instead of the raw values keeps a float32 sum accurate whatever the data's offset: a segment
-    sum adds members one after another, so 10^5 values of 10^4 + N(0, 1) summed raw lost ~7 in
-    the mean (and the variance about that mean came out 56 instead of 1).
+    instead of the raw values keeps a float32 sum accurate whatever the data's offset (10^5 values
+    of 10^4 + N(0, 1) summed raw by one scatter-add lost ~7 in the mean, and the variance about
+    that mean came out 56 instead of 1).
     """
     n = _segment_sum(mask.astype(_count_dtype()), groups, n_groups)
     m = _bcast(mask, x)
@@ -110,7 +110,7 @@ def _pivoted_sums(x, mask, groups, n_groups):
 
 def _merge_pivoted(a, b):
     """Merge two (n, p, S) states onto one pivot: a's, or b's when a is empty. Pivots are
-    finite values of the data, so the shift n_b (p_b − p) is a small, accurate correction, and
+    finite and near their groups' means, so the shift n_b (p_b − p) is an accurate correction, and
     the running sum never carries the data's offset (merging 1,000 float32 chunks of
     10^6 + N(0, 1) through running means drifted the mean by 0.06)."""
     na, pa, sa = a[:3]
@@ -176,7 +176,7 @@ class Count(_Leafwise):
 class _Moments(_Leafwise):
     """Count n, pivot p, S = Σ (x − p) and M2 = Σ |x − mean|², with mean = p + S/n.
 
-    Within a chunk the pivot is a value of the data (`_pivoted_sums`) and M2 comes from the
+    Within a chunk the pivot is a first pass's mean (`_pivoted_sums`) and M2 comes from the
     deviations (x − p) − S/n about the mean (two passes, no cancellation, and no rounding of
     the mean to the data's magnitude). Chunks and processes are merged onto one pivot (`_merge_pivoted`), with
 
