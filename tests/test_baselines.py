@@ -211,3 +211,39 @@ def test_scipy_fit_matches_sciax_fit():
     np.testing.assert_allclose(ours["params"], scipy["params"], rtol=1e-5)
     # Both recover the truth to within the noise (0.05 on 200 points).
     np.testing.assert_allclose(ours["params"], wl.FIT_TRUTH, rtol=0.05)
+
+
+# --- GPU plan of the ensemble suite (checked here without a GPU) -------------------------------
+
+
+def test_gpu_plan_and_diffeqgpu_target_of_the_ensemble_suite():
+    """`--device gpu`: sizes up to DiffEqGPU's 8,388,608 members, the unrolled sciax row, CPU
+    rows only at 1e5, and the bar is the published 145 ms (CPU bars are not applied)."""
+    from types import SimpleNamespace
+
+    from benchmarks.harness import Measurement, SuiteResult
+    from benchmarks.suites import lorenz_ensemble as le
+
+    plan = le._plan(SimpleNamespace(device="gpu", quick=False))
+    assert {size for _, _, size, _ in plan} == {10_000, 100_000, 1_000_000, le.GPU_TARGET_SIZE}
+    assert {p for _, p, _, _ in plan} == {"float32", "float64"}
+    assert all(le.SCIAX_UNROLLED in impls for *_, impls in plan)
+    assert all((le.C_REF in impls) == (size == 100_000 and method == "rk4") for method, _, size, impls in plan)
+    assert le.SCIAX_UNROLLED not in le._plan(SimpleNamespace(device="cpu", quick=True))[0][3]
+
+    def row(impl, seconds, device="gpu"):
+        return Measurement(suite=le.NAME, case=le._case("tsit5"), impl=impl, precision="float32",
+                           size=le.GPU_TARGET_SIZE, size_name="members", unit=le.UNIT,
+                           work=le.GPU_TARGET_SIZE * 1000.0, time_median_s=seconds, device=device)
+
+    result = SuiteResult(measurements=[row(le.SCIAX, 0.0663), row(le.SWEEP, 0.2184), row(le.TORCH_COMPILE, 0.0604),
+                                       row(le.DIFFRAX, 7.357)])
+    le._targets(SimpleNamespace(device="gpu"), result)
+    judged = {t.name: t for t in result.targets if t.met is not None}
+    big = le.fmt_size(le.GPU_TARGET_SIZE)
+    assert judged[f"Tsit5 float32 B={big}: {le.SCIAX} vs DiffEqGPU (published, V100)"].met is True
+    assert judged[f"Tsit5 float32 B={big}: {le.SWEEP} vs DiffEqGPU (published, V100)"].met is False
+    assert len(judged) == 2  # the unrolled row was not measured; peers are listed, not judged
+    peers = {t.name: t.value for t in result.targets if t.bar.startswith("no bar")}
+    assert peers[f"Tsit5 float32 B={big}: {le.SCIAX} vs {le.DIFFRAX}"] == pytest.approx(7.357 / 0.0663)
+    assert not any("NumPy" in t.name for t in result.targets)

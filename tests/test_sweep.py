@@ -140,6 +140,22 @@ def test_chunked_equals_unchunked_bitwise():
     np.testing.assert_array_equal(bounded.outputs, whole.outputs)
 
 
+def test_cache_blocks_on_cpu_and_one_vmap_on_accelerators_give_the_same_members(monkeypatch):
+    """On CPU a chunk runs in cache-sized blocks one after another; on a GPU/TPU as one vmap
+    (blocks in sequence would leave the accelerator idle). Both give the same members."""
+    from sciax.ensemble import _sweep
+
+    assert _sweep._cache_block("cpu") == _sweep._CACHE_BLOCK
+    assert _sweep._cache_block("gpu") is None and _sweep._cache_block("tpu") is None
+    whole = lorenz_grid(devices=1)
+    monkeypatch.setattr(_sweep, "_CACHE_BLOCK", 8)  # 15 members (16 with padding): two blocks
+    blocked = lorenz_grid(devices=1)
+    monkeypatch.setattr(_sweep, "_cache_block", lambda platform: None)  # what an accelerator runs
+    one_vmap = lorenz_grid(devices=1)
+    np.testing.assert_array_equal(blocked.outputs, whole.outputs)
+    np.testing.assert_array_equal(one_vmap.outputs, whole.outputs)
+
+
 def test_memory_budget_is_checked_against_the_compiled_chunk():
     """With the budget binding, XLA's memory analysis of the compiled chunk (per device) fits it."""
     whole = lorenz_grid(output=None)

@@ -33,11 +33,21 @@ from ._result import MEMBER, SweepResult
 
 _RESERVED = {"system", "state0", "y0", "key", "check_finite"}
 
-# Members per cache block inside a chunk (a multiple of 8, see below). Measured 2026-11-22 on one
-# core (AMD EPYC, AVX-512), `sweep` over a Lorenz RK4 ensemble, 1e5 members, 1,000 steps: one vmap
-# over all members ran 9.6e8 (float32) / 4.9e8 (float64) trajectory-steps/s, blocks of 8,192
-# members 1.10e9 / 5.7e8.
+# Members per cache block inside a chunk on CPU devices (a multiple of 8, see below). Measured
+# 2026-11-22 on one core (AMD EPYC, AVX-512), `sweep` over a Lorenz RK4 ensemble, 1e5 members,
+# 1,000 steps: one vmap over all members ran 9.6e8 (float32) / 4.9e8 (float64) trajectory-steps/s,
+# blocks of 8,192 members 1.10e9 / 5.7e8. Accelerators get no blocking: a GPU needs every member
+# of the chunk in flight at once to fill its cores; blocks run one after another would leave it
+# mostly idle (8,388,608 members would be 1,024 blocks in sequence). On an H200 (2026-11-22,
+# jax 0.11.2) the unblocked sweep ran 8,388,608 Lorenz Tsit5 members, 1,000 float32 steps, in
+# 218 ms, copying the final states to host memory included; the blocked one was not timed there.
 _CACHE_BLOCK = 8192
+
+
+def _cache_block(platform: str) -> int | None:
+    """Members vmapped at once inside a chunk: `_CACHE_BLOCK` on CPU, the whole chunk elsewhere."""
+    return _CACHE_BLOCK if platform == "cpu" else None
+
 
 # Members per device per chunk are rounded up to a multiple of LANES. On XLA:CPU a member's
 # result was bitwise the same for every vmapped batch size that is a multiple of 8 (and most
@@ -235,6 +245,7 @@ def _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output
         needs_values=needs_values, kept=kept, n_groups=math.prod(shape[i] for i in kept),
         streaming=tuple((k, r) for k, r in reductions.items() if not r.needs_values),
         partitioning="single" if n_dev == 1 else "shard_map",
+        cache_block=_cache_block(mesh.devices.flat[0].platform),
     )
     if n_dev > 1 and not _traces_in_shard_map(config, payload, resolved):
         config = dataclasses.replace(config, partitioning="auto")
@@ -577,6 +588,7 @@ class _ChunkConfig:
     n_groups: int
     streaming: tuple  # ((name, reduction), ...) computed on device
     partitioning: str = "shard_map"  # "single" (one device), "shard_map" or "auto" (see _chunk)
+    cache_block: int | None = _CACHE_BLOCK  # members vmapped at once; None: the whole chunk (accelerators)
 
 
 @eqx.filter_jit
@@ -613,10 +625,14 @@ def _chunk(config: _ChunkConfig, payload, tables, order, start, stop):
         coords = jnp.unravel_index(flat, config.shape) if config.mode == "grid" else (flat,) * len(tables)
         values = [t[c] for t, c in zip(tables, coords)]
         member = lambda p, v, i: _member(config.axes, config.check_finite, eqx.combine(p, static), v, i)  # noqa: E731
-        # Cache blocking: a sequential loop over blocks of _CACHE_BLOCK members, vmapped within
-        # each block, keeps a block's states in cache for all its steps instead of streaming the
-        # whole chunk through memory at every step.
-        outs, ok = lax.map(lambda vf: member(dynamic, *vf), (values, flat), batch_size=_CACHE_BLOCK)
+        # Cache blocking on CPU: a sequential loop over blocks of _CACHE_BLOCK members, vmapped
+        # within each block, keeps a block's states in cache for all its steps instead of
+        # streaming the whole chunk through memory at every step.
+        run = lambda vf: member(dynamic, *vf)  # noqa: E731
+        if config.cache_block is None:
+            outs, ok = jax.vmap(run)((values, flat))
+        else:
+            outs, ok = lax.map(run, (values, flat), batch_size=config.cache_block)
         return outs, ok, valid, flat
 
     size = config.local * mesh.devices.size
