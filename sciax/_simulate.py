@@ -86,8 +86,10 @@ def simulate(
       59 ms (RK4) / 67 ms (Tsit5) at 1 and 22 ms (RK4, 10) / 55 ms (Tsit5, 5) unrolled. Compile
       time grows with it (Tsit5: 0.35 s at 1, 5 s at 10), and so can the work when XLA fuses
       the unrolled stages; measure before raising it. On XLA:CPU it is slower (1e5 members,
-      RK4, one core: 0.73x at 2, 0.51x at 4). The states and observables do not depend on it;
-      gradients agree to round-off (the backward pass groups the per-step sums differently).
+      RK4, one core: 0.73x at 2, 0.51x at 4). On CPU the states and observables are bitwise
+      the same for every `unroll` (tested; on a GPU, where XLA may contract the unrolled
+      arithmetic differently, not yet checked); gradients agree to round-off (the backward pass
+      groups the per-step sums differently).
 
     **Returns:** a `Trajectory`.
 

@@ -91,6 +91,31 @@ def test_no_cross_device_communication_while_stepping():
             assert not any(f"{c}(" in computation or f"{c}-start(" in computation for c in collectives)
 
 
+@needs_4
+def test_chunks_copy_nothing_between_devices():
+    """Axis values, member order, system and state0 are placed on every device once per sweep,
+    not copied from the default device at every chunk (on a multi-GPU host each copy of a large
+    axis table would cross the interconnect). Checked with JAX's transfer guard, over several
+    chunks, with a member order and on the memory-budget (ahead-of-time compiled) path."""
+    def sweep(**kwargs):
+        return sciax.sweep(Lorenz(), Y0, axes={"rho": jnp.linspace(5.0, 30.0, 64)}, simulate_kwargs=KW, devices=4,
+                           output=_final, reduce="mean", **kwargs)
+
+    reference = sweep()
+    member = reference.info["member_bytes"]
+    with jax.transfer_guard_device_to_device("disallow"):
+        chunked = sweep(batch_size=32)
+        ordered = sweep(batch_size=32, order=np.arange(64)[::-1].copy())
+        budgeted = sweep(memory_budget=40 * member)
+    assert chunked.info["chunks"] == ordered.info["chunks"] == 2
+    for other in (chunked, ordered, budgeted):
+        np.testing.assert_array_equal(other.outputs, reference.outputs)
+
+
+def _final(traj):
+    return traj.final_state
+
+
 SCRIPT = textwrap.dedent("""
     import json, os
     assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4"

@@ -156,6 +156,39 @@ def test_cache_blocks_on_cpu_and_one_vmap_on_accelerators_give_the_same_members(
     np.testing.assert_array_equal(one_vmap.outputs, whole.outputs)
 
 
+def test_on_an_accelerator_the_memory_check_always_runs_and_chunks_are_one_vmap(monkeypatch):
+    """What a GPU/TPU run does differently, exercised on CPU by naming the platform "gpu":
+    no cache blocks, XLA's memory analysis checked even when the estimate is far below the
+    budget (device memory is scarce and running out is fatal), same members."""
+    from sciax.ensemble import _sweep
+
+    on_cpu = lorenz_grid(devices=1)
+    assert on_cpu.info["chunk_bytes"] is None  # estimate far below the default budget: no check
+    monkeypatch.setattr(_sweep, "_platform", lambda mesh: "gpu")
+    as_gpu = lorenz_grid(devices=1)
+    assert as_gpu.info["chunk_bytes"] is not None
+    np.testing.assert_array_equal(as_gpu.outputs, on_cpu.outputs)
+
+
+def test_memory_estimate_counts_a_streaming_reductions_copy_per_group():
+    """`Streaming` evaluates its partial once per kept group over the whole chunk, so a member
+    costs (groups) x its output more (a 30x underestimate before, measured with XLA)."""
+    from sciax.ensemble._sweep import _plan
+
+    second_moment = Streaming(partial=lambda v, w: (jnp.sum(w), jnp.sum(w[:, None] * v ** 2, axis=0)),
+                              merge=lambda a, b: (a[0] + b[0], a[1] + b[1]))
+
+    def member_bytes(reduce, reduce_over):
+        axes = {"rho": jnp.linspace(5.0, 30.0, 16), "state0[0]": jnp.linspace(1.0, 2.0, 4)}
+        return _plan(Lorenz(), Y0, axes, mode="grid", simulate_kwargs=KW, solve_kwargs=None, run=None, output=final,
+                     reduce=reduce, reduce_over=reduce_over, keep=False, key=None, batch_size=None,
+                     memory_budget=None, devices=1, check_finite=True, order=None, gather=True).member_bytes
+
+    plain = member_bytes("mean", "state0[0]")
+    assert member_bytes({"m2": second_moment}, "state0[0]") == plain + 16 * 3 * 8  # 16 rho groups, 3 float64
+    assert member_bytes({"m2": second_moment}, None) == plain + 3 * 8  # everything reduced: one group
+
+
 def test_memory_budget_is_checked_against_the_compiled_chunk():
     """With the budget binding, XLA's memory analysis of the compiled chunk (per device) fits it."""
     whole = lorenz_grid(output=None)
@@ -426,6 +459,16 @@ def test_adaptive_solve_failures_and_cost_order(order):
     np.testing.assert_allclose(res.sel(mu=10.0).outputs[0], direct.final_state, rtol=1e-10)
     if order == "cost":  # buckets of COST_BUCKET members per device
         assert res.info["batch_size"] <= 32 * res.info["devices"]
+
+
+def test_cost_buckets_are_small_on_cpu_and_fill_an_accelerator():
+    """Buckets run in sequence: 32 members per CPU device, but on a GPU/TPU an eighth of the
+    device's members (at least 16,384), so that one bucket can fill it."""
+    from sciax.ensemble._sweep import _cost_bucket
+
+    assert _cost_bucket(10**6, "cpu") == 32 and _cost_bucket(10, "cpu") == 32
+    assert _cost_bucket(10**6, "gpu") == 125_000 and _cost_bucket(8 * 10**6 + 1, "tpu") == 10**6 + 1
+    assert _cost_bucket(1000, "gpu") == 16_384
 
 
 # ------------------------------------------------------------------------------ bad input

@@ -28,7 +28,7 @@ from .._simulate import simulate
 from .._trajectory import Trajectory
 from .._validation import describe
 from ._axes import apply_axes, resolve_axes
-from ._reductions import resolve_reductions, tree_finalize, tree_merge, tree_partial
+from ._reductions import Streaming, resolve_reductions, tree_finalize, tree_merge, tree_partial
 from ._result import MEMBER, SweepResult
 
 _RESERVED = {"system", "state0", "y0", "key", "check_finite"}
@@ -42,6 +42,11 @@ _RESERVED = {"system", "state0", "y0", "key", "check_finite"}
 # jax 0.11.2) the unblocked sweep ran 8,388,608 Lorenz Tsit5 members, 1,000 float32 steps, in
 # 218 ms, copying the final states to host memory included; the blocked one was not timed there.
 _CACHE_BLOCK = 8192
+
+
+def _platform(mesh) -> str:
+    """"cpu", "gpu", "tpu", ...: what the sweep's devices are (a mesh holds one kind)."""
+    return mesh.devices.flat[0].platform
 
 
 def _cache_block(platform: str) -> int | None:
@@ -131,7 +136,8 @@ def sweep(
     - `order`: the order in which members are run (chunks take consecutive members of it):
       None (sweep order), a permutation of the flat member indices, or `"cost"` for adaptive
       solves: a cheap pilot solve estimates each member's step count and members run most
-      expensive first in buckets of similar cost (default `batch_size` 32 per device), so a
+      expensive first in buckets of similar cost (default `batch_size`: 32 per CPU device; on
+      an accelerator an eighth of its members, at least 16,384), so a
       vmapped adaptive loop does not make every member wait for the slowest of the whole
       sweep. Results are returned in sweep order regardless.
     - `gather`: in a multi-process run, give every process all results (True) or only its own
@@ -233,19 +239,22 @@ def _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output
     one_values = [jax.ShapeDtypeStruct(a.values.shape[1:], a.values.dtype) for a in resolved]
     flat0 = jax.ShapeDtypeStruct((), jnp.int32)
     result_struct, (out_struct, _) = _member_structures(specs, check_finite, payload, one_values, flat0)
-    member_bytes = _member_bytes(result_struct, out_struct, state0, one_values)
+    kept = tuple(i for i in range(len(shape)) if i not in reduce_axes) if mode == "grid" else ()
+    n_groups = math.prod(shape[i] for i in kept)
+    # A `Streaming` reduction runs its partial once per kept group over the whole chunk.
+    streaming_copies = n_groups if any(isinstance(r, Streaming) for r in reductions.values()) else 0
+    member_bytes = _member_bytes(result_struct, out_struct, state0, one_values, streaming_copies)
     n_dev = mesh.devices.size
     start, stop = parallel.process_share(n_members)
     batch, budget = _batch(batch_size, memory_budget, member_bytes, n_dev, stop - start, mesh)
     needs_values = keep or any(r.needs_values for r in reductions.values())
     _check_host_memory(needs_values, n_members, out_struct)
-    kept = tuple(i for i in range(len(shape)) if i not in reduce_axes) if mode == "grid" else ()
     config = _ChunkConfig(
         axes=specs, mode=mode, shape=shape, mesh=mesh, local=batch // n_dev, check_finite=check_finite,
-        needs_values=needs_values, kept=kept, n_groups=math.prod(shape[i] for i in kept),
+        needs_values=needs_values, kept=kept, n_groups=n_groups,
         streaming=tuple((k, r) for k, r in reductions.items() if not r.needs_values),
         partitioning="single" if n_dev == 1 else "shard_map",
-        cache_block=_cache_block(mesh.devices.flat[0].platform),
+        cache_block=_cache_block(_platform(mesh)),
     )
     if n_dev > 1 and not _traces_in_shard_map(config, payload, resolved):
         config = dataclasses.replace(config, partitioning="auto")
@@ -410,8 +419,13 @@ def _reduce_axes(reduce_over, axes, mode, reductions) -> tuple:
 # member of the batch finishes, and every lane computes every iteration, so a batch costs
 # (batch size) x (its largest step count). Sorting members by estimated cost and running
 # buckets of similar cost removes most of that waste; buckets of 32 members per device were the
-# best compromise with the per-iteration overhead in our measurements (docs/multihost.md).
+# best compromise with the per-iteration overhead in our measurements on CPU (docs/multihost.md).
+# Buckets run one after another, so on an accelerator 32 members would leave it nearly idle:
+# there every device gets ACCELERATOR_COST_BUCKETS buckets of at least ACCELERATOR_MIN_BUCKET
+# members (a GPU needs tens of thousands of members in flight; not yet measured on one).
 COST_BUCKET = 32
+ACCELERATOR_COST_BUCKETS = 8
+ACCELERATOR_MIN_BUCKET = 16384
 PILOT_STEPS = 256
 PILOT_FRAMES = 257
 
@@ -441,8 +455,19 @@ def _cost_order(order, system, state0, axes, mode, solve_kwargs, key, batch_size
     if n_proc > 1:  # deal members round-robin so every process gets a similar mix of costs
         ranked = np.concatenate([ranked[p::n_proc] for p in range(n_proc)])
     if batch_size is None:
-        batch_size = COST_BUCKET * parallel.member_mesh(devices).devices.size
+        mesh = parallel.member_mesh(devices)
+        n_dev = mesh.devices.size
+        per_device = math.ceil(costs.size / (n_proc * n_dev))
+        batch_size = _cost_bucket(per_device, _platform(mesh)) * n_dev
     return ranked, batch_size
+
+
+def _cost_bucket(members_per_device: int, platform: str) -> int:
+    """Members per device per cost bucket: `COST_BUCKET` on CPU; on accelerators the members
+    split into `ACCELERATOR_COST_BUCKETS` buckets, each at least `ACCELERATOR_MIN_BUCKET`."""
+    if platform == "cpu":
+        return COST_BUCKET
+    return max(ACCELERATOR_MIN_BUCKET, math.ceil(members_per_device / ACCELERATOR_COST_BUCKETS))
 
 
 def _pilot_cost(traj):
@@ -500,13 +525,15 @@ def _nbytes(tree) -> int:
                if hasattr(x, "shape"))
 
 
-def _member_bytes(result_struct, out_struct, state0, one_values) -> int:
+def _member_bytes(result_struct, out_struct, state0, one_values, streaming_copies=0) -> int:
     """Estimated live bytes of one member: its rollout result, its kept output (twice: the
-    chunk being computed and the one being copied out), carries and stage vectors of the
+    chunk being computed and the one being copied out, plus `streaming_copies` masked copies
+    for a `Streaming` reduction, one per kept group), carries and stage vectors of the
     integrator (a generous 16 states) and its axis values."""
     state = _nbytes(jtu.tree_map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)),
                                  jtu.tree_leaves(state0)))
-    return int(_nbytes(result_struct) + 2 * _nbytes(out_struct) + 16 * state + _nbytes(one_values) + 16)
+    return int(_nbytes(result_struct) + (2 + streaming_copies) * _nbytes(out_struct) + 16 * state
+               + _nbytes(one_values) + 16)
 
 
 def _default_budget(mesh) -> int:
@@ -660,9 +687,14 @@ def _merge(config: _ChunkConfig, out_struct, a, b):
 
 
 def _execute(plan: _Plan) -> dict:
-    tables = [jnp.asarray(a.values) for a in plan.axes]
-    order = None if plan.order is None else jnp.asarray(plan.order)
-    stop = jnp.int32(plan.stop)
+    # Everything every chunk reads (axis values, member order, the system and state0) is placed
+    # on every device of the mesh once, not copied from the default device at every chunk.
+    on_mesh = parallel.replicated(plan.mesh)
+    tables = jax.device_put([a.values for a in plan.axes], on_mesh)
+    order = None if plan.order is None else jax.device_put(plan.order, on_mesh)
+    stop = jax.device_put(np.int32(plan.stop), on_mesh)
+    dynamic, static = eqx.partition(plan.payload, eqx.is_array)
+    plan.payload = eqx.combine(jax.device_put(dynamic, on_mesh), static)
     run_chunk = _compile(plan, tables, order, stop)
     batch = plan.batch
     n_local = plan.stop - plan.start
@@ -685,7 +717,7 @@ def _execute(plan: _Plan) -> dict:
 
     for c in range(n_chunks):
         first = plan.start + c * batch
-        outs, ok_c, valid_c, flat_c, partials = run_chunk(jnp.int32(first))
+        outs, ok_c, valid_c, flat_c, partials = run_chunk(jax.device_put(np.int32(first), on_mesh))
         state = partials if state is None else _merge(plan.config, plan.out_struct, state, partials)
         pending.append((first, outs, ok_c, valid_c, flat_c))
         if len(pending) > 1:  # copy chunk c-1 out while chunk c computes (async dispatch)
@@ -699,15 +731,19 @@ def _execute(plan: _Plan) -> dict:
 def _compile(plan: _Plan, tables, order, stop):
     """The chunk runner. When the memory limit may bind, compile ahead of time and check XLA's
     memory analysis of the chunk against it, shrinking the chunk if needed; otherwise use the
-    jit cache, so repeating an identical sweep does not recompile."""
+    jit cache, so repeating an identical sweep does not recompile. On accelerators the check
+    always runs: their memory is smaller than the host's and running out of it is fatal, and
+    the estimate can miss what XLA allocates."""
     n_dev = plan.mesh.devices.size
     config = plan.config
-    if plan.budget is None or plan.member_bytes * config.local * 4 < plan.budget:
+    on_cpu = _platform(plan.mesh) == "cpu"
+    if plan.budget is None or (on_cpu and plan.member_bytes * config.local * 4 < plan.budget):
         return lambda first: _chunk(config, plan.payload, tables, order, first, stop)
     resident = _nbytes(tables) + (0 if order is None else order.nbytes)
     for _ in range(8):  # each pass shrinks the chunk; it stops when XLA's analysis fits the budget
         config = dataclasses.replace(config, local=plan.batch // n_dev)
-        compiled = _chunk.lower(config, plan.payload, tables, order, jnp.int32(plan.start), stop).compile()
+        first = jax.device_put(np.int32(plan.start), stop.sharding)
+        compiled = _chunk.lower(config, plan.payload, tables, order, first, stop).compile()
         mem = _compiled_bytes(compiled.compiled, resident)
         if mem is None or mem <= plan.budget or config.local == 1:
             break
