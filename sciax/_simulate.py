@@ -43,7 +43,6 @@ def simulate(
     adjoint: AbstractAdjoint = CheckpointAdjoint(),
     check_finite: bool = False,
     step_offset=0,
-    unroll: int = 1,
 ) -> Trajectory:
     """Step `system` from `state0` with a fixed step and save every `save_every` steps.
 
@@ -78,18 +77,6 @@ def simulate(
       `fold_in(key, step_offset + n)`, so a run split into chunks (same `t0`, each chunk
       starting from the previous final state) is bitwise equal to one call. Step indices are
       JAX integers: `step_offset + n_steps` must stay below 2**31 unless x64 is on.
-    - `unroll`: steps per iteration of the compiled step loop (`lax.scan`'s `unroll`). With
-      several steps in one iteration the compiler keeps the state in registers between them
-      instead of writing it to memory after every step. It pays for large ensembles on a GPU,
-      where each step otherwise streams the whole ensemble through device memory: 8,388,608
-      Lorenz members, 1,000 float32 steps on an H200 (hand-written scan, 2026-11-22) took
-      59 ms (RK4) / 67 ms (Tsit5) at 1 and 22 ms (RK4, 10) / 55 ms (Tsit5, 5) unrolled. Compile
-      time grows with it (Tsit5: 0.35 s at 1, 5 s at 10), and so can the work when XLA fuses
-      the unrolled stages; measure before raising it. On XLA:CPU it is slower (1e5 members,
-      RK4, one core: 0.73x at 2, 0.51x at 4). On CPU the states and observables are bitwise
-      the same for every `unroll` (tested; on a GPU, where XLA may contract the unrolled
-      arithmetic differently, not yet checked); gradients agree to round-off (the backward pass
-      groups the per-step sums differently).
 
     **Returns:** a `Trajectory`.
 
@@ -104,7 +91,6 @@ def simulate(
     n_steps, save_every, dtype = _validate(
         system, state0, integrator, dt, n_steps, save_every, key, observables, adjoint
     )
-    unroll = positive_int("unroll", unroll)
     check_precision(args, dtype, "simulate", what="`args`")
     dt = jnp.asarray(dt, dtype=dtype)
     t0 = jnp.asarray(t0, dtype=dtype)
@@ -122,7 +108,7 @@ def simulate(
     componentwise = _use_componentwise_layout(system, state0)
     traj = _rollout(
         system, state0, integrator, dt, t0, key, args, observables, n_steps, save_every,
-        save_states, adjoint, componentwise, step_offset, unroll,
+        save_states, adjoint, componentwise, step_offset,
     )
     if check_finite:
         traj = _check_finite(traj)
@@ -208,9 +194,9 @@ def _frame_is_finite(state):
 
 @eqx.filter_jit
 def _rollout(system, state0, integrator, dt, t0, key, args, observables, n_steps, save_every,
-             save_states, adjoint, componentwise, step_offset, unroll=1):
+             save_states, adjoint, componentwise, step_offset):
     frames = _Frames(integrator, observables, save_every, n_steps // save_every, save_states,
-                     componentwise, adjoint, unroll)
+                     componentwise, adjoint)
     y0 = tuple(state0[i] for i in range(state0.shape[0])) if componentwise else state0
     carry0 = integrator.init(system, frames.time(t0, dt, step_offset), y0, args)
     if isinstance(adjoint, ReversibleAdjoint):
@@ -233,7 +219,6 @@ class _Frames(eqx.Module):
     save_states: bool = eqx.field(static=True)
     componentwise: bool = eqx.field(static=True)
     adjoint: AbstractAdjoint
-    unroll: int = eqx.field(static=True, default=1)  # steps per iteration of the inner loop
 
     def to_user(self, y):
         return jnp.stack(y) if self.componentwise else y
@@ -259,7 +244,7 @@ class _Frames(eqx.Module):
             one_step = jax.checkpoint(one_step)
 
         def steps(carry, first, count):
-            return lax.scan(one_step, carry, first + jnp.arange(count), unroll=min(self.unroll, max(count, 1)))[0]
+            return lax.scan(one_step, carry, first + jnp.arange(count))[0]
 
         nested = isinstance(self.adjoint, CheckpointAdjoint) and self.adjoint.nest_above is not None \
             and self.save_every > self.adjoint.nest_above

@@ -50,39 +50,6 @@ def test_checkpointed_and_plain_gradients_identical():
     np.testing.assert_allclose(fwd, g_direct, rtol=1e-12)
 
 
-def test_unrolled_step_loop_gives_the_same_rollout_and_gradient():
-    """`unroll` changes how many steps one compiled loop iteration takes, not the arithmetic:
-    states and observables are bitwise those of `unroll=1`, also when it does not divide
-    `save_every` (10) or exceeds it. Gradients agree to round-off: the backward pass adds the
-    per-step contributions to a parameter's cotangent in another grouping (measured 1-3 ulp)."""
-    def run(rho, unroll, adjoint, float32=False):
-        y0 = Y0.astype(jnp.float32) if float32 else Y0
-        system = Lorenz(rho=jnp.asarray(rho, y0.dtype))
-        tr = sciax.simulate(system, y0, integrator=si.Tsit5(), dt=0.005, n_steps=200, save_every=10,
-                            adjoint=adjoint, unroll=unroll, observables={"x2": lambda t, y, s: y[0] ** 2})
-        return tr.states, tr.observables["x2"]
-
-    for float32 in (False, True):
-        ref = run(28.0, 1, sciax.DirectAdjoint(), float32)
-        for unroll in (3, 25):
-            for a, b in zip(ref, run(28.0, unroll, sciax.DirectAdjoint(), float32)):
-                np.testing.assert_array_equal(a, b)
-    unroll = 3
-    for adjoint in (sciax.DirectAdjoint(), sciax.CheckpointAdjoint()):
-        loss = lambda rho, u: jnp.sum(run(rho, u, adjoint)[0] ** 2)  # noqa: E731
-        np.testing.assert_allclose(jax.grad(loss)(28.0, unroll), jax.grad(loss)(28.0, 1), rtol=4e-15, atol=0)
-    # A particle system under the reversible adjoint (its backward pass rebuilds the steps).
-    system = HarmonicOscillator()
-    state0 = system.default_state()
-
-    def energy_loss(k, u):
-        tr = sciax.simulate(HarmonicOscillator(stiffness=k), state0, integrator=si.VelocityVerlet(), dt=0.01,
-                            n_steps=100, save_every=10, adjoint=sciax.ReversibleAdjoint(), unroll=u)
-        return jnp.sum(tr.states.positions ** 2)
-
-    np.testing.assert_allclose(jax.grad(energy_loss)(2.0, unroll), jax.grad(energy_loss)(2.0, 1), rtol=4e-15, atol=0)
-
-
 def test_checkpoint_adjoint_memory_scales_with_frames_not_steps():
     """Reverse-mode residuals: Direct stores every step, Checkpoint one carry per saved frame."""
 
@@ -245,11 +212,6 @@ class TestBadInput:
     def test_bad_n_steps(self, n):
         with pytest.raises((ValueError, TypeError), match="`n_steps`"):
             self.run(n_steps=n)
-
-    @pytest.mark.parametrize("unroll", [0, -2, 2.0, True, None])
-    def test_bad_unroll(self, unroll):
-        with pytest.raises((ValueError, TypeError), match="`unroll`"):
-            self.run(unroll=unroll)
 
     def test_missing_key_for_stochastic(self):
         with pytest.raises(ValueError, match="LangevinBAOAB is stochastic: pass `key="):

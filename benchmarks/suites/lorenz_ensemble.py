@@ -40,7 +40,6 @@ GPU_TARGET_SIZE = 8_388_608
 DIFFEQGPU_V100_S = 0.145
 
 SCIAX = "sciax jit(vmap(simulate))"
-SCIAX_UNROLLED = "sciax jit(vmap(simulate)), unrolled"
 SWEEP = "sciax.sweep"
 NUMPY = "NumPy SoA (in-place)"
 TORCH = "PyTorch eager"
@@ -58,12 +57,7 @@ def _case(method: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-# `simulate(unroll=...)` for the GPU rows: steps per loop iteration, the best of 1/5/10/20 in
-# a hand-written scan on an H200 at 8,388,608 members (2026-11-22): 10 for RK4, 5 for Tsit5.
-GPU_UNROLL = {"rk4": 10, "tsit5": 5}
-
-
-def prepare_sciax(ctx, method, dtype, rhos, unroll=1):
+def prepare_sciax(ctx, method, dtype, rhos):
     import jax
     import jax.numpy as jnp
 
@@ -78,7 +72,7 @@ def prepare_sciax(ctx, method, dtype, rhos, unroll=1):
     def one(rho):
         system = Lorenz(sigma=sigma, rho=rho, beta=beta)
         traj = sciax.simulate(system, u0, integrator=integrator, dt=wl.ENSEMBLE_DT,
-                              n_steps=wl.ENSEMBLE_STEPS, save_every=wl.ENSEMBLE_STEPS, unroll=unroll)
+                              n_steps=wl.ENSEMBLE_STEPS, save_every=wl.ENSEMBLE_STEPS)
         return traj.final_state
 
     rho = jax.device_put(jnp.asarray(rhos), ctx.jax_device())
@@ -86,10 +80,6 @@ def prepare_sciax(ctx, method, dtype, rhos, unroll=1):
     return Prepared(call=lambda: compiled(rho), sync=jax_sync, compile_s=compile_s,
                     compile_method="lower+compile", mem_method="xla",
                     xla_mem=xla_memory_bytes(compiled))
-
-
-def prepare_sciax_unrolled(ctx, method, dtype, rhos):
-    return prepare_sciax(ctx, method, dtype, rhos, unroll=GPU_UNROLL[method])
 
 
 def prepare_sweep(ctx, method, dtype, rhos):
@@ -226,7 +216,7 @@ def _plan(ctx):
     if ctx.device == "gpu":
         # JAX and PyTorch on the GPU up to DiffEqGPU's 8,388,608 members; the CPU rows (C, NumPy)
         # at 1e5 only, for scale. Quick mode: float32 only.
-        gpu = [SCIAX, SCIAX_UNROLLED, SWEEP, TORCH_COMPILE, TORCH, DIFFRAX]
+        gpu = [SCIAX, SWEEP, TORCH_COMPILE, TORCH, DIFFRAX]
         plan = []
         for precision in ("float32",) if ctx.quick else ("float32", "float64"):
             for method in ("tsit5", "rk4"):
@@ -258,16 +248,14 @@ def run(ctx) -> SuiteResult:
     result = SuiteResult(columns=[("max_rel_diff", "max rel. diff vs sciax"), ("vs_c", "of C"),
                                   ("of_peak", "of core peak")])
     missing = _availability()
-    prepare = {SCIAX: prepare_sciax, SCIAX_UNROLLED: prepare_sciax_unrolled, SWEEP: prepare_sweep, NUMPY: prepare_numpy, TORCH: prepare_torch,
+    prepare = {SCIAX: prepare_sciax, SWEEP: prepare_sweep, NUMPY: prepare_numpy, TORCH: prepare_torch,
                TORCH_COMPILE: prepare_torch_compile, DIFFRAX: prepare_diffrax}
     if C_REF not in missing:
         prepare[C_REF] = make_prepare_c(ctx)
     cap = CostCap(ctx.max_call_s, ctx.quick)
 
     plan = _plan(ctx)
-    every = [SCIAX, SCIAX_UNROLLED, SWEEP, C_REF, NUMPY, TORCH_COMPILE, TORCH, DIFFRAX]
-    if ctx.device != "gpu":  # unrolling the step loop is slower on XLA:CPU (see GPU_UNROLL)
-        every.remove(SCIAX_UNROLLED)
+    every = [SCIAX, SWEEP, C_REF, NUMPY, TORCH_COMPILE, TORCH, DIFFRAX]
     for method, precision, size, planned in plan:
         # Quick mode lists the implementations it leaves out at this size, so the table says so.
         impls = [i for i in every if (i in planned or ctx.quick) and not (method == "tsit5" and i == C_REF)]
@@ -386,7 +374,7 @@ def _gpu_targets(result: SuiteResult) -> None:
     """On a GPU the CPU bars do not apply; the bar is DiffEqGPU's published 145 ms (V100) for
     8,388,608 Tsit5 float32 trajectories. The same-GPU peers are listed beside it, unjudged."""
     case = _case("tsit5")
-    for impl in (SCIAX, SCIAX_UNROLLED, SWEEP):
+    for impl in (SCIAX, SWEEP):
         m = _find(result, impl, case, "float32", GPU_TARGET_SIZE)
         name = f"Tsit5 float32 B={fmt_size(GPU_TARGET_SIZE)}: {impl} vs DiffEqGPU (published, V100)"
         if m is None:
