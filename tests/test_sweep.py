@@ -152,8 +152,9 @@ def test_cache_blocks_on_cpu_and_one_vmap_on_accelerators_give_the_same_members(
     blocked = lorenz_grid(devices=1)
     monkeypatch.setattr(_sweep, "_cache_block", lambda platform: None)  # what an accelerator runs
     one_vmap = lorenz_grid(devices=1)
-    np.testing.assert_array_equal(blocked.outputs, whole.outputs)
-    np.testing.assert_array_equal(one_vmap.outputs, whole.outputs)
+    for other in (blocked, one_vmap):
+        np.testing.assert_array_equal(other.outputs, whole.outputs)
+        np.testing.assert_array_equal(other.ok, whole.ok)
 
 
 def test_on_an_accelerator_the_memory_check_always_runs_and_chunks_are_one_vmap(monkeypatch):
@@ -162,12 +163,21 @@ def test_on_an_accelerator_the_memory_check_always_runs_and_chunks_are_one_vmap(
     budget (device memory is scarce and running out is fatal), same members."""
     from sciax.ensemble import _sweep
 
+    def plan():
+        return _sweep._plan(Lorenz(), Y0, {"rho": RHO, "state0[0]": X0}, mode="grid", simulate_kwargs=KW,
+                            solve_kwargs=None, run=None, output=final, reduce=None, reduce_over=None, keep=None,
+                            key=None, batch_size=None, memory_budget=None, devices=1, check_finite=True, order=None,
+                            gather=True)
+
+    assert plan().config.cache_block == _sweep._CACHE_BLOCK
     on_cpu = lorenz_grid(devices=1)
     assert on_cpu.info["chunk_bytes"] is None  # estimate far below the default budget: no check
     monkeypatch.setattr(_sweep, "_platform", lambda mesh: "gpu")
+    assert plan().config.cache_block is None
     as_gpu = lorenz_grid(devices=1)
     assert as_gpu.info["chunk_bytes"] is not None
     np.testing.assert_array_equal(as_gpu.outputs, on_cpu.outputs)
+    np.testing.assert_array_equal(as_gpu.ok, on_cpu.ok)
 
 
 def test_memory_estimate_counts_a_streaming_reductions_copy_per_group():

@@ -36,8 +36,8 @@ _RESERVED = {"system", "state0", "y0", "key", "check_finite"}
 # Members per cache block inside a chunk on CPU devices (a multiple of 8, see below). Measured
 # 2026-11-22 on one core (AMD EPYC, AVX-512), `sweep` over a Lorenz RK4 ensemble, 1e5 members,
 # 1,000 steps: one vmap over all members ran 9.6e8 (float32) / 4.9e8 (float64) trajectory-steps/s,
-# blocks of 8,192 members 1.10e9 / 5.7e8. Accelerators get no blocking: a GPU needs every member
-# of the chunk in flight at once to fill its cores; blocks run one after another would leave it
+# blocks of 8,192 members 1.10e9 / 5.7e8. Accelerators get no blocking: a GPU needs far more
+# members in flight than 8,192 to fill its cores, and blocks run one after another would leave it
 # mostly idle (8,388,608 members would be 1,024 blocks in sequence). On an H200 (2026-11-22,
 # jax 0.11.2) the unblocked sweep ran 8,388,608 Lorenz Tsit5 members, 1,000 float32 steps, in
 # 218 ms, copying the final states to host memory included; the blocked one was not timed there.
