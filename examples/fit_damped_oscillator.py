@@ -45,6 +45,7 @@ result = sciax.fit(
     observe=position,
     sigma=noise,
     rollout=sciax.Simulate(RK4(), dt=0.01),
+    compilation="fast",  # one small fit: compile quickly (see sciax.fit's docstring)
 )
 elapsed = time.perf_counter() - start
 

@@ -44,6 +44,7 @@ result = sciax.fit(
     fit_initial_state=True,
     observe=log_populations,
     rollout=sciax.Solve(solver="tsit5", rtol=1e-8, atol=1e-8),
+    compilation="fast",  # one small fit: compile quickly (see sciax.fit's docstring)
 )
 elapsed = time.perf_counter() - start
 

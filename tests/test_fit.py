@@ -4,6 +4,9 @@ Compilation dominates the cost of a fit, so the tests share a few fit configurat
 same observe function, transforms, solver and data shapes hit the same compiled solve).
 """
 
+import warnings
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -129,7 +132,7 @@ def test_covariance_comes_from_the_solvers_last_linearisation(monkeypatch):
 
     fresh = _optimise.physical_linearisation
 
-    def refuse(*args):
+    def refuse(*args, **kwargs):
         raise AssertionError("LM fit linearised again instead of using the solver's state")
 
     monkeypatch.setattr(_optimise, "physical_linearisation", refuse)
@@ -145,7 +148,7 @@ def test_covariance_comes_from_the_solvers_last_linearisation(monkeypatch):
     # Saturated transforms (dv/du = 0 or below √tiny) and a solve that took no step: the
     # solver's J_u cannot be used, so `package` linearises in physical units.
     calls = []
-    monkeypatch.setattr(_optimise, "physical_linearisation", lambda *a: calls.append(a) or fresh(*a))
+    monkeypatch.setattr(_optimise, "physical_linearisation", lambda *a, **k: calls.append(a) or fresh(*a, **k))
     for second_scale, n_steps in ((0.0, 3), (1e-200, 3), (result.scale[1], 0)):
         out = {"v": result.optimum, "scale": jnp.array([result.scale[0], second_scale]), "system": result.system,
                "state0": result.state0, "segment_states": result.segment_states,
@@ -155,6 +158,47 @@ def test_covariance_comes_from_the_solvers_last_linearisation(monkeypatch):
         np.testing.assert_allclose(fallback.covariance, cov, rtol=1e-12)
         np.testing.assert_allclose(fallback.residuals, r, rtol=1e-13, atol=1e-15)
     assert len(calls) == 3
+
+
+@pytest.mark.parametrize("solver", ["levenberg_marquardt", "bfgs"])
+def test_fast_compilation_gives_the_same_fit(monkeypatch, solver):
+    """compilation="fast" compiles the solve (and, for BFGS, the linearisation at the optimum)
+    with the quick-compile XLA options, and reaches the same optimum and covariance."""
+    from sciax._fit import _optimise
+
+    data = noisy(11)
+    default = fit_oscillator(data, solver=solver)
+    called = []
+    for jitted in (_optimise.solve, _optimise.physical_linearisation):
+        monkeypatch.setattr(jitted, "fast", lambda *a, j=jitted, fast=jitted.fast: called.append(j) or fast(*a))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the options are taken by this jaxlib: no fallback
+        quick = fit_oscillator(data, solver=solver, compilation="fast")
+    expected = [_optimise.solve] + ([_optimise.physical_linearisation] if solver == "bfgs" else [])
+    assert called == expected
+    assert quick.converged
+    # Different round-off (one more or one fewer step), so the two stop at different points
+    # within the solver's tolerance: LM on the residuals (1e-10 here) pins the optimum to ~1e-11,
+    # BFGS on the scalar loss only to ~1e-9 (measured up to 2e-9). The covariance is evaluated at
+    # the returned point and moves with it.
+    rtol = 1e-9 if solver == "levenberg_marquardt" else 1e-7
+    for name in ("omega", "zeta"):
+        np.testing.assert_allclose(quick.params[name], default.params[name], rtol=rtol)
+        np.testing.assert_allclose(quick.standard_errors[name], default.standard_errors[name], rtol=100 * rtol)
+    np.testing.assert_allclose(quick.covariance, default.covariance, rtol=100 * rtol)
+
+
+def test_fast_compilation_falls_back_when_xla_lacks_an_option(monkeypatch):
+    """A jaxlib that does not know an option of FAST_CPU_COMPILER_OPTIONS gets XLA's default
+    compile, with a warning that says so, instead of a failed fit."""
+    from sciax._fit import _optimise
+
+    bogus = eqx.filter_jit(_optimise.solve.optimised.__wrapped__,
+                           compiler_options={"xla_cpu_option_that_does_not_exist": True})
+    monkeypatch.setattr(_optimise.solve, "fast", bogus)
+    with pytest.warns(RuntimeWarning, match="does not take the quick-compile options.*xla_cpu_option_that_does_not"):
+        result = fit_oscillator(CLEAN, compilation="fast")
+    np.testing.assert_allclose(result.params["omega"], 2.0, rtol=1e-8)
 
 
 def test_covariance_is_nan_with_fewer_residuals_than_unknowns():
@@ -611,6 +655,8 @@ class TestBadInput:
         (dict(rtol="tight"), TypeError, r"`rtol` must be a real number, got str 'tight'"),
         (dict(scale_covariance="no"), TypeError, r"`scale_covariance` must be True, False or None"),
         (dict(throw=1), TypeError, r"`throw` must be True or False, got int 1"),
+        (dict(compilation=None), TypeError, r"`compilation` must be 'optimised' or 'fast', got NoneType None"),
+        (dict(compilation="quick"), ValueError, r"`compilation` must be 'optimised' or 'fast', got 'quick'"),
     ])
     def test_arguments_that_are_not_real_numbers_or_booleans(self, kwargs, error, match):
         with pytest.raises(error, match=match):

@@ -1,6 +1,8 @@
 """The jitted solve: Optimistix on the residuals, then the Gauss–Newton covariance at the
 optimum, packaged as a `FitResult`."""
 
+import warnings
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -60,16 +62,55 @@ def choose_solver(solver, jacobian, rtol, atol, dtype, problem):
     return solver, options, mode
 
 
+# `fit(compilation="fast")` on CPU: XLA's legacy loop emitters and no LLVM optimisation
+# (`xla_backend_optimization_level=0`). Measured on the damped-oscillator benchmark fit (one
+# core, float64): XLA's compile 0.83 s -> ~0.3 s, first fit 1.5 s -> 0.74 s, per fit 12 -> 14 ms;
+# but on the examples' larger models the compiled fit runs slower (mass–spring lattice 135 ms
+# -> 1.0 s per fit, Lorenz multiple shooting 25 -> 83 ms). Each option alone saves little.
+FAST_CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}
+COMPILATIONS = ("optimised", "fast")
+
+
+class _Jitted:
+    """`fn` under `eqx.filter_jit`, twice: with XLA's default optimisation, and with
+    `FAST_CPU_COMPILER_OPTIONS` for `compilation="fast"` on a CPU (elsewhere the default)."""
+
+    def __init__(self, fn):
+        self.optimised = eqx.filter_jit(fn)
+        self.fast = eqx.filter_jit(fn, compiler_options=FAST_CPU_COMPILER_OPTIONS)
+        self.__doc__ = fn.__doc__
+
+    def __call__(self, problem, *args, compilation="optimised"):
+        if compilation == "fast" and _platform(problem) == "cpu":
+            try:
+                return self.fast(problem, *args)
+            except jax.errors.JaxRuntimeError as err:
+                if "No such compile option" not in str(err):
+                    raise
+                warnings.warn(f"fit(compilation='fast'): this jaxlib does not take the quick-compile "
+                              f"options ({err}); compiling with XLA's defaults instead.",
+                              RuntimeWarning, stacklevel=3)
+        return self.optimised(problem, *args)
+
+
+def _platform(problem) -> str:
+    """The platform of the problem's arrays (where the solve compiles and runs)."""
+    for leaf in jax.tree_util.tree_leaves(problem):
+        if isinstance(leaf, jax.Array):
+            return next(iter(leaf.devices())).platform
+    return jax.default_backend()
+
+
 def initial_unconstrained(problem, segment_states):
     return problem.to_unconstrained(problem.initial_physical(segment_states)).astype(problem.optimiser_dtype)
 
 
-@eqx.filter_jit
+@_Jitted
 def _initial_residuals_finite(problem, segment_states):
     return jnp.all(jnp.isfinite(problem.residuals_unconstrained(initial_unconstrained(problem, segment_states))))
 
 
-@eqx.filter_jit
+@_Jitted
 def solve(problem, segment_states, solver, options, max_steps, mode):
     """Solve, and return the optimum with the residuals r and their Jacobian J = ∂r/∂v there.
 
@@ -101,7 +142,7 @@ def solve(problem, segment_states, solver, options, max_steps, mode):
     return out
 
 
-@eqx.filter_jit
+@_Jitted
 def physical_linearisation(problem, v, mode):
     """(J = ∂r/∂v, r) at the physical vector v, from one rollout (the primal is the aux)."""
     jacobian = jax.jacfwd if mode == "fwd" else jax.jacrev
@@ -162,15 +203,16 @@ def _saturation_threshold(dtype):
     return np.sqrt(np.finfo(dtype).tiny)
 
 
-def package(problem, segment_states, out, mode, scale_covariance) -> FitResult:
+def package(problem, segment_states, out, mode, scale_covariance, compilation="optimised") -> FitResult:
     """Turn `solve`'s arrays into a `FitResult`: covariance and standard errors (NumPy, on the
-    host), the solver's message, and the checks that explain a failure."""
+    host), the solver's message, and the checks that explain a failure. `compilation` is
+    `fit`'s, for the linearisation or check that may need compiling here."""
     v, scale = np.asarray(out["v"]), np.asarray(out["scale"])
     jac, r = out["jac"], out["r"]
     if jac is None or int(out["n_steps"]) == 0 or not np.all(np.abs(scale) >= _saturation_threshold(scale.dtype)):
         # No linearisation from the solver (BFGS, or no step taken), or a transform saturated
         # (dv/du ≈ 0, so J_u has lost J's digits): J in physical units directly.
-        jac, r = physical_linearisation(problem, out["v"], mode)
+        jac, r = physical_linearisation(problem, out["v"], mode, compilation=compilation)
     jac, r = np.asarray(jac), np.asarray(r)
     q, n_data = problem.n_interest, problem.n_data
     cov, cov_unscaled, residual_variance, full_rank = gauss_newton_covariance(
@@ -200,7 +242,8 @@ def package(problem, segment_states, out, mode, scale_covariance) -> FitResult:
     final_finite = bool(np.all(np.isfinite(r)))
     # The initial residuals are only looked at to explain a failure (a separate, small compile
     # on that path keeps them out of the solve every successful fit compiles).
-    if not (converged and final_finite) and not bool(_initial_residuals_finite(problem, segment_states)):
+    if not (converged and final_finite) and not bool(
+            _initial_residuals_finite(problem, segment_states, compilation=compilation)):
         converged = False
         message = ("the residuals are not finite (NaN/Inf) at the initial guess: the model blew up; "
                    "start closer, shorten the step, or use transforms. " + message).strip()
