@@ -352,6 +352,21 @@ def test_failing_members_reported_with_coordinates_others_complete():
     assert "failed members: 5" in repr(res)
 
 
+def test_failures_and_outputs_land_on_their_members_when_run_out_of_order():
+    """With a member order, chunk k runs members order[k*batch : (k+1)*batch]; which member
+    each returned `ok` flag and output belongs to is worked out on the host from that order
+    (only `ok` and the outputs come back from the device)."""
+    sigma = jnp.array([10.0, 1e4])
+    order = np.random.default_rng(3).permutation(10)
+    base = dict(axes={"rho": RHO, "sigma": sigma}, simulate_kwargs=KW, output=final, keep=True, devices=1)
+    in_order = sciax.sweep(Lorenz(), Y0, **base)
+    shuffled = sciax.sweep(Lorenz(), Y0, batch_size=8, order=order, **base)
+    assert shuffled.info["chunks"] == 2 and shuffled.info["padding"] == 6
+    assert [f["index"] for f in shuffled.failures] == [1, 3, 5, 7, 9]
+    np.testing.assert_array_equal(shuffled.ok, in_order.ok)
+    np.testing.assert_array_equal(shuffled.outputs, in_order.outputs)
+
+
 def test_failed_members_leave_every_reduction_finite():
     """A failed member's NaN output must not reach a reduction, also not a user's Streaming
     one through 0 · NaN (its weight is 0)."""

@@ -636,7 +636,9 @@ def _chunk(config: _ChunkConfig, payload, tables, order, start, stop):
 
     The partial reductions of the chunk are combined across devices once.
 
-    Returns (outputs or None, ok, valid, flat indices, {name: partial reduction state}).
+    Returns (outputs or None, ok, {name: partial reduction state}). Which members of the chunk
+    are valid (a prefix: positions below `stop`) and their flat indices are known on the host,
+    so they are not returned (see `_execute`).
     """
     mesh = config.mesh
     axis = mesh.axis_names[0]
@@ -678,7 +680,7 @@ def _chunk(config: _ChunkConfig, payload, tables, order, start, stop):
         for i in config.kept:
             groups = groups * config.shape[i] + coords[i]
     partials = {k: tree_partial(r, outs, mask, groups, config.n_groups) for k, r in config.streaming}
-    return (outs if config.needs_values else None), ok, valid, flat, partials
+    return (outs if config.needs_values else None), ok, partials
 
 
 @eqx.filter_jit
@@ -702,24 +704,30 @@ def _execute(plan: _Plan) -> dict:
     values = (jtu.tree_map(lambda s: np.empty((n_local, *s.shape), s.dtype), plan.out_struct)
               if plan.needs_values else None)
     ok = np.ones(n_local, bool)
-    flat_local = np.empty(n_local, np.int64)
+    # This process's positions plan.start .. plan.stop - 1 hold these flat member indices; a
+    # chunk's valid members are the prefix of its positions below plan.stop. Both are known
+    # here, so only `ok` and the outputs come back from the devices.
+    positions = np.arange(plan.start, plan.stop)
+    flat_local = (positions if plan.order is None else plan.order[positions]).astype(np.int64)
     state = None
     pending = []
 
     def collect(item):
-        first, outs, ok_c, valid_c, flat_c = item
-        n = int(np.asarray(valid_c).sum())  # the valid members are a prefix of the chunk
+        first, outs, ok_c = item
+        n = min(batch, plan.stop - first)
         sl = slice(first - plan.start, first - plan.start + n)
-        ok[sl] = np.asarray(ok_c)[:n]
-        flat_local[sl] = np.asarray(flat_c)[:n]
+        outs, ok_c = jax.device_get((outs, ok_c))  # one transfer of everything, started at dispatch
+        ok[sl] = ok_c[:n]
         if values is not None:
-            jtu.tree_map(lambda dst, src: dst.__setitem__(sl, np.asarray(src)[:n]), values, outs)
+            jtu.tree_map(lambda dst, src: dst.__setitem__(sl, src[:n]), values, outs)
 
     for c in range(n_chunks):
         first = plan.start + c * batch
-        outs, ok_c, valid_c, flat_c, partials = run_chunk(jax.device_put(np.int32(first), on_mesh))
+        outs, ok_c, partials = run_chunk(jax.device_put(np.int32(first), on_mesh))
+        for x in jtu.tree_leaves((outs, ok_c)):  # the copy to host starts when the chunk is done
+            x.copy_to_host_async()
         state = partials if state is None else _merge(plan.config, plan.out_struct, state, partials)
-        pending.append((first, outs, ok_c, valid_c, flat_c))
+        pending.append((first, outs, ok_c))
         if len(pending) > 1:  # copy chunk c-1 out while chunk c computes (async dispatch)
             collect(pending.pop(0))
     for item in pending:
