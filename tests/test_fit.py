@@ -160,6 +160,19 @@ def test_covariance_comes_from_the_solvers_last_linearisation(monkeypatch):
     assert len(calls) == 3
 
 
+def _spy_on_fast(monkeypatch, jitted, calls):
+    """Record (jitted, its fast jit, args) of every call that reaches `jitted.fast`."""
+    fast = jitted.fast
+    monkeypatch.setattr(jitted, "fast", lambda *a: calls.append((jitted, fast, a)) or fast(*a))
+
+
+def _programs_differ(call):
+    """Whether the fast jit recorded in `call` compiled a different program than the default."""
+    jitted, fast, args = call
+    text = lambda jit: jit.lower(*args).compile().compiled.as_text()  # noqa: E731 - cached compiles
+    return text(fast) != text(jitted.optimised)
+
+
 @pytest.mark.parametrize("solver", ["levenberg_marquardt", "bfgs"])
 def test_fast_compilation_gives_the_same_fit(monkeypatch, solver):
     """compilation="fast" compiles the solve (and, for BFGS, the linearisation at the optimum)
@@ -168,19 +181,20 @@ def test_fast_compilation_gives_the_same_fit(monkeypatch, solver):
 
     data = noisy(11)
     default = fit_oscillator(data, solver=solver)
-    called = []
+    calls = []
     for jitted in (_optimise.solve, _optimise.physical_linearisation):
-        monkeypatch.setattr(jitted, "fast", lambda *a, j=jitted, fast=jitted.fast: called.append(j) or fast(*a))
+        _spy_on_fast(monkeypatch, jitted, calls)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the options are taken by this jaxlib: no fallback
+        warnings.filterwarnings("error", category=RuntimeWarning)  # this jaxlib takes the options
         quick = fit_oscillator(data, solver=solver, compilation="fast")
     expected = [_optimise.solve] + ([_optimise.physical_linearisation] if solver == "bfgs" else [])
-    assert called == expected
+    assert [jitted for jitted, *_ in calls] == expected
+    assert _programs_differ(calls[0])  # the options reached XLA
     assert quick.converged
-    # Different round-off (one more or one fewer step), so the two stop at different points
-    # within the solver's tolerance: LM on the residuals (1e-10 here) pins the optimum to ~1e-11,
-    # BFGS on the scalar loss only to ~1e-9 (measured up to 2e-9). The covariance is evaluated at
-    # the returned point and moves with it.
+    # Different round-off takes the solvers along different paths (LM: 14/15, 20/28, 12/23, 12/12
+    # steps for four data sets), so they stop at different points within the tolerance (1e-10):
+    # the optimum differs by up to 2.2e-10 for LM and 1.8e-9 for BFGS (which only sees the scalar
+    # loss), and the covariance, evaluated at the returned point, by up to 1.1e-9 and 7e-9.
     rtol = 1e-9 if solver == "levenberg_marquardt" else 1e-7
     for name in ("omega", "zeta"):
         np.testing.assert_allclose(quick.params[name], default.params[name], rtol=rtol)
@@ -188,17 +202,51 @@ def test_fast_compilation_gives_the_same_fit(monkeypatch, solver):
     np.testing.assert_allclose(quick.covariance, default.covariance, rtol=100 * rtol)
 
 
-def test_fast_compilation_falls_back_when_xla_lacks_an_option(monkeypatch):
-    """A jaxlib that does not know an option of FAST_CPU_COMPILER_OPTIONS gets XLA's default
-    compile, with a warning that says so, instead of a failed fit."""
+def test_fast_compilation_of_a_failing_fit_and_off_cpu(monkeypatch):
+    """The check that explains a failed fit compiles quickly too; on another platform the
+    default compile is used whatever `compilation` says."""
     from sciax._fit import _optimise
 
-    bogus = eqx.filter_jit(_optimise.solve.optimised.__wrapped__,
-                           compiler_options={"xla_cpu_option_that_does_not_exist": True})
-    monkeypatch.setattr(_optimise.solve, "fast", bogus)
-    with pytest.warns(RuntimeWarning, match="does not take the quick-compile options.*xla_cpu_option_that_does_not"):
+    calls = []
+    for jitted in (_optimise.solve, _optimise._initial_residuals_finite):
+        _spy_on_fast(monkeypatch, jitted, calls)
+    bad = DampedDrivenOscillator(omega=400.0, zeta=0.1)  # blows up RK4 at the initial guess
+    result = sciax.fit(bad, Y0, TIMES, CLEAN, params=("omega", "zeta"), observe=position, rollout=ROLLOUT,
+                       transforms=TRANSFORMS, throw=False, compilation="fast", **TOL)
+    assert not result.converged and "not finite" in result.message
+    assert [jitted for jitted, *_ in calls] == [_optimise.solve, _optimise._initial_residuals_finite]
+
+    calls.clear()
+    monkeypatch.setattr(_optimise, "_platform", lambda problem: "gpu")
+    fit_oscillator(CLEAN, compilation="fast")
+    assert calls == []
+
+
+def test_fast_compilation_drops_only_the_options_xla_does_not_know(monkeypatch):
+    """A jaxlib that does not know one option of FAST_CPU_COMPILER_OPTIONS: that option is
+    dropped with a warning naming it, the others still apply. Other errors propagate."""
+    from sciax._fit import _optimise
+
+    solve = _optimise.solve
+    options = {**_optimise.FAST_CPU_COMPILER_OPTIONS, "xla_cpu_option_that_does_not_exist": True}
+    monkeypatch.setattr(solve, "options", options)
+    monkeypatch.setattr(solve, "fast", eqx.filter_jit(solve.fn, compiler_options=options))
+    calls = []
+    _spy_on_fast(monkeypatch, solve, calls)
+    with pytest.warns(RuntimeWarning, match="does not know the XLA option 'xla_cpu_option_that_does_not_exist'"):
         result = fit_oscillator(CLEAN, compilation="fast")
     np.testing.assert_allclose(result.params["omega"], 2.0, rtol=1e-8)
+    assert solve.options == _optimise.FAST_CPU_COMPILER_OPTIONS
+    assert _programs_differ((solve, solve.fast, calls[0][2]))  # rebuilt with the options it knows
+
+    def broken(*args):
+        raise jax.errors.JaxRuntimeError("INTERNAL: something else went wrong")
+
+    monkeypatch.setattr(solve, "fast", broken)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", category=RuntimeWarning)
+        with pytest.raises(jax.errors.JaxRuntimeError, match="something else went wrong"):
+            fit_oscillator(CLEAN, compilation="fast")
 
 
 def test_covariance_is_nan_with_fewer_residuals_than_unknowns():

@@ -101,8 +101,9 @@ def fit(
       optimisation). For a small model fitted once it about halves the first fit (damped
       oscillator, one core: 1.5 s -> 0.74 s, of which SciPy's whole fit is 0.43 s), but the
       compiled fit can run several times slower on larger models (mass–spring lattice: 135 ms
-      -> 1.0 s per fit), so keep the default for fits that are repeated or heavy. No effect on
-      GPU/TPU. The same fitted values either way, up to round-off.
+      -> 1.0 s per fit), so keep the default for fits that are repeated or heavy. Only where
+      the fit runs on a CPU; elsewhere the default. The same fitted values either way, within
+      the solver's tolerance (different round-off may take one more or fewer step).
 
     **Returns:** a `FitResult` (fitted `params`, `system`, `state0`, `covariance`, …).
 
@@ -138,6 +139,7 @@ def fit(
         raise TypeError(f"fit: `throw` must be True or False, got {describe(throw)}.")
     if not isinstance(compilation, str):
         raise TypeError(f"fit: `compilation` must be 'optimised' or 'fast', got {describe(compilation)}.")
+    compilation = {"optimized": "optimised"}.get(compilation, compilation)  # either spelling
     if compilation not in COMPILATIONS:
         raise ValueError(f"fit: `compilation` must be 'optimised' or 'fast', got {compilation!r}.")
     rollout.check_jacobian(mode)

@@ -1,6 +1,7 @@
 """The jitted solve: Optimistix on the residuals, then the Gauss–Newton covariance at the
 optimum, packaged as a `FitResult`."""
 
+import re
 import warnings
 
 import equinox as eqx
@@ -64,41 +65,52 @@ def choose_solver(solver, jacobian, rtol, atol, dtype, problem):
 
 # `fit(compilation="fast")` on CPU: XLA's legacy loop emitters and no LLVM optimisation
 # (`xla_backend_optimization_level=0`). Measured on the damped-oscillator benchmark fit (one
-# core, float64): XLA's compile 0.83 s -> ~0.3 s, first fit 1.5 s -> 0.74 s, per fit 12 -> 14 ms;
-# but on the examples' larger models the compiled fit runs slower (mass–spring lattice 135 ms
-# -> 1.0 s per fit, Lorenz multiple shooting 25 -> 83 ms). Each option alone saves little.
+# core, float64): first fit 1.5 s -> 0.69-0.75 s (the emitters option alone: 1.0-1.2 s; O0 alone:
+# 1.24-1.31 s), per fit 12 -> 14 ms. On the examples' larger models the compiled fit runs slower
+# (mass–spring lattice 134 -> 983 ms per fit, Lorenz multiple shooting 26 -> 97 ms).
 FAST_CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}
 COMPILATIONS = ("optimised", "fast")
+_UNKNOWN_OPTION = re.compile(r"No such compile option: '([^']+)'")
 
 
 class _Jitted:
     """`fn` under `eqx.filter_jit`, twice: with XLA's default optimisation, and with
-    `FAST_CPU_COMPILER_OPTIONS` for `compilation="fast"` on a CPU (elsewhere the default)."""
+    `FAST_CPU_COMPILER_OPTIONS` for `compilation="fast"` where it runs on a CPU (elsewhere
+    the default). An option the installed jaxlib does not know is dropped, with a warning,
+    and the others are kept."""
 
     def __init__(self, fn):
+        self.fn = fn
         self.optimised = eqx.filter_jit(fn)
-        self.fast = eqx.filter_jit(fn, compiler_options=FAST_CPU_COMPILER_OPTIONS)
+        self.options = dict(FAST_CPU_COMPILER_OPTIONS)
+        self.fast = eqx.filter_jit(fn, compiler_options=self.options)
         self.__doc__ = fn.__doc__
 
     def __call__(self, problem, *args, compilation="optimised"):
-        if compilation == "fast" and _platform(problem) == "cpu":
+        if compilation != "fast" or _platform(problem) != "cpu":
+            return self.optimised(problem, *args)
+        while True:
             try:
                 return self.fast(problem, *args)
             except jax.errors.JaxRuntimeError as err:
-                if "No such compile option" not in str(err):
+                # Raised while compiling, before anything runs; any other error propagates.
+                unknown = _UNKNOWN_OPTION.search(str(err))
+                if unknown is None or unknown.group(1) not in self.options:
                     raise
-                warnings.warn(f"fit(compilation='fast'): this jaxlib does not take the quick-compile "
-                              f"options ({err}); compiling with XLA's defaults instead.",
-                              RuntimeWarning, stacklevel=3)
-        return self.optimised(problem, *args)
+                del self.options[unknown.group(1)]
+                warnings.warn(f"fit(compilation='fast'): this jaxlib does not know the XLA option "
+                              f"{unknown.group(1)!r}; compiling without it.", RuntimeWarning, stacklevel=3)
+                self.fast = eqx.filter_jit(self.fn, compiler_options=self.options)
 
 
 def _platform(problem) -> str:
-    """The platform of the problem's arrays (where the solve compiles and runs)."""
+    """The platform the problem's jitted functions run on: that of a committed array (placed
+    on a device explicitly) if there is one, else that of the current default device, where
+    `fit` put the data (`problem.keep`)."""
     for leaf in jax.tree_util.tree_leaves(problem):
-        if isinstance(leaf, jax.Array):
+        if isinstance(leaf, jax.Array) and leaf.committed:
             return next(iter(leaf.devices())).platform
-    return jax.default_backend()
+    return next(iter(problem.keep.devices())).platform
 
 
 def initial_unconstrained(problem, segment_states):
