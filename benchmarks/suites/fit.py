@@ -65,9 +65,9 @@ def _has_fast_compilation() -> bool:
 
 
 def make_sciax_fit(compilation: str = "optimised"):
-    """(label, fit(t, x_obs) -> dict): `sciax.fit` if the package has it (with `compilation`
-    when it is not the default), else simulate + Optimistix directly."""
-    """(label, fit(t, x_obs) -> dict(params, n_steps, converged)) for this checkout of sciax."""
+    """(label, fit(t, x_obs) -> dict(params, n_steps, converged)) for this checkout of sciax:
+    `sciax.fit` if the package has it (with `compilation` when it is not the default), else
+    simulate + Optimistix directly."""
     import jax
     import jax.numpy as jnp
 
@@ -240,7 +240,8 @@ def run(ctx) -> SuiteResult:
     children = [(FIRST, SCIPY, "scipy", None), (FIRST, label, "sciax", cache_dir),
                 (WARM, label, "sciax", cache_dir)]
     if fast:  # its own empty cache: the quick-compile options are part of the cache key anyway
-        children.append((FIRST, fast[0], "sciax-fast", tempfile.mkdtemp(prefix="jaxcache-", dir=ctx.scratch("fit"))))
+        fast_cache = tempfile.mkdtemp(prefix="jaxcache-", dir=ctx.scratch("fit"))
+        children.append((FIRST, fast[0], "sciax-fast", fast_cache))
     for case, impl, which, cache in children:
         m = row(case, impl, reference=False, device="cpu" if which == "scipy" else ctx.device)
         try:
