@@ -107,6 +107,42 @@ def test_componentwise_layout_equals_array_layout():
     np.testing.assert_array_equal(from_numpy, a)
 
 
+def test_componentwise_frames_are_stacked_once_after_the_scan():
+    """A componentwise state is saved as its components, one array each, and stacked into the
+    user's layout once after the time loop. Stacking it in every frame cost a transposed stack
+    in every backward iteration: on XLA:CPU, the gradient through 100 saved frames of 1,000
+    Lorenz members took 7.3 ms instead of 1.6 ms."""
+
+    def sub_jaxprs(params):
+        for value in params.values():
+            for v in value if isinstance(value, tuple | list) else (value,):
+                if hasattr(v, "eqns"):
+                    yield v
+                elif hasattr(getattr(v, "jaxpr", None), "eqns"):
+                    yield v.jaxpr
+
+    def primitives_in_loops(jaxpr, inside=False, found=None):
+        found = set() if found is None else found
+        for eqn in jaxpr.eqns:
+            if inside:
+                found.add(eqn.primitive.name)
+            for sub in sub_jaxprs(eqn.params):
+                primitives_in_loops(sub, inside or eqn.primitive.name in ("scan", "while"), found)
+        return found
+
+    def loss(rho):
+        traj = sciax.simulate(Lorenz(rho=rho), Y0, integrator=si.RK4(), dt=0.01, n_steps=20,
+                              adjoint=sciax.CheckpointAdjoint())
+        return jnp.sum(traj.states ** 2)
+
+    for fn in (loss, jax.grad(loss)):
+        in_loops = primitives_in_loops(jax.make_jaxpr(fn)(28.0).jaxpr)
+        assert "mul" in in_loops  # the steps were found inside the loops
+        assert not in_loops & {"stack", "concatenate"}
+    traj = sciax.simulate(Lorenz(), Y0, integrator=si.RK4(), dt=0.01, n_steps=20, save_every=5)
+    assert traj.states.shape == (5, 3)
+
+
 def test_saving_frames_times_and_observables():
     tr = sciax.simulate(Lorenz(), Y0, integrator=si.RK4(), dt=0.01, n_steps=100, save_every=25, t0=2.0,
                         observables={"x": lambda t, y, s: y[0], "t": lambda t, y, s: t})

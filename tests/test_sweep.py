@@ -147,10 +147,19 @@ def test_cache_blocks_on_cpu_and_one_vmap_on_accelerators_give_the_same_members(
 
     assert _sweep._cache_block("cpu") == _sweep._CACHE_BLOCK
     assert _sweep._cache_block("gpu") is None and _sweep._cache_block("tpu") is None
+    # A long saved trajectory per member is not blocked (its transpose after each block costs more).
+    limit = _sweep._CACHE_BLOCK_MAX_OUTPUT_BYTES
+    assert _sweep._cache_block("cpu", limit - 1) == _sweep._CACHE_BLOCK
+    assert _sweep._cache_block("cpu", limit) is None
+    every_step = _sweep._plan(Lorenz(), Y0, {"rho": RHO}, mode="grid", simulate_kwargs=dict(KW, save_every=1),
+                              solve_kwargs=None, run=None, output=None, reduce=None, reduce_over=None, keep=None,
+                              key=None, batch_size=None, memory_budget=None, devices=1, check_finite=True,
+                              order=None, gather=True)
+    assert every_step.config.cache_block is None  # 61 float64 frames of 3 components per member
     whole = lorenz_grid(devices=1)
     monkeypatch.setattr(_sweep, "_CACHE_BLOCK", 8)  # 15 members (16 with padding): two blocks
     blocked = lorenz_grid(devices=1)
-    monkeypatch.setattr(_sweep, "_cache_block", lambda platform: None)  # what an accelerator runs
+    monkeypatch.setattr(_sweep, "_cache_block", lambda *a: None)  # what an accelerator runs
     one_vmap = lorenz_grid(devices=1)
     for other in (blocked, one_vmap):
         np.testing.assert_array_equal(other.outputs, whole.outputs)
