@@ -65,7 +65,12 @@ def simulate(
     - `key`: `jax.random` key, required by stochastic integrators; step `n` uses
       `jax.random.fold_in(key, n)`, so results do not depend on `save_every`.
     - `args`: passed to `vector_field(t, y, args)`.
-    - `observables`: dict name -> `fn(t, state, system)` evaluated at every saved frame.
+    - `observables`: dict name -> `fn(t, state, system)` evaluated at every saved frame. For
+      a small ODE state that will be differentiated in reverse mode, write them with
+      components (`y[0]**2 + y[1]**2 + y[2]**2`) rather than whole-vector operations
+      (`jnp.sum(y**2)`). Measured on XLA:CPU (1,000 Lorenz members, 100 frames, float64),
+      forward+gradient took 1.4 ms with components and 7.4 ms with the whole vector; without
+      reverse mode the two cost the same.
     - `save_states`: keep the states (set False to keep only observables and bound memory).
     - `adjoint`: how reverse mode differentiates the rollout: `CheckpointAdjoint()` (the
       default: memory grows with saved frames, not steps, and it is also the fastest, since
