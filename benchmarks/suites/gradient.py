@@ -352,8 +352,11 @@ def _find(result, impl, case, size):
 
 
 def _targets(result: SuiteResult) -> None:
-    # sciax offers several gradient modes; the speed bar is taken by the fastest (named).
-    candidates = [m for m in (_find(result, impl, GRAD, MAIN_STEPS) for impl in (SCIAX, SCIAX_CKPT, SCIAX_FWD))
+    # The speed bar is taken by the faster of sciax's two reverse-mode adjoints (named). The
+    # forward-mode row uses the workload's structure (each member's loss depends only on its own
+    # parameters, so 3 tangents give the whole gradient), which the peers are not given, so it
+    # does not compete; its gradient/forward ratio is still reported.
+    candidates = [m for m in (_find(result, SCIAX, GRAD, MAIN_STEPS), _find(result, SCIAX_CKPT, GRAD, MAIN_STEPS))
                   if m is not None]
     sc = min(candidates, key=lambda m: m.time_median_s) if candidates else None
     for impl in (SCIAX, SCIAX_CKPT, SCIAX_FWD):

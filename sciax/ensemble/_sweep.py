@@ -46,9 +46,12 @@ _CACHE_BLOCK = 8192
 # Blocks pay for a small output per member (a final state, a few frames), not for a long saved
 # trajectory: `simulate` saves a componentwise state as one array per component and stacks them
 # into the user's layout after its time loop, and inside a block that is a strided transpose of
-# the block's whole output. Measured as above (float32, 1e5 members, 3 components) with blocks /
-# without: 11 frames (132 bytes per member) 89.6 / 105.0 ms, 26 frames (312 bytes) 109.0 /
-# 119.1 ms, 51 frames (612 bytes) 188.3 / 166.6 ms, 101 frames (1,212 bytes) 297.9 / 227.2 ms.
+# the block's whole output. Measured as above (float32, 1e5 members, 3 components, keeping the
+# saved states) with blocks / without: 11 frames (132 bytes of states per member) 89.6 / 105.0
+# ms, 26 frames (312 bytes) 109.0 / 119.1 ms, 51 frames (612 bytes) 188.3 / 166.6 ms, 101
+# frames (1,212 bytes) 297.9 / 227.2 ms. The threshold is compared with the whole kept output
+# of a member (with `output=None` the Trajectory, times and finite flags included), so it is
+# crossed at fewer frames than these state sizes suggest (float32 Lorenz: ~30 frames).
 _CACHE_BLOCK_MAX_OUTPUT_BYTES = 512
 
 
