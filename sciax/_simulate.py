@@ -65,12 +65,7 @@ def simulate(
     - `key`: `jax.random` key, required by stochastic integrators; step `n` uses
       `jax.random.fold_in(key, n)`, so results do not depend on `save_every`.
     - `args`: passed to `vector_field(t, y, args)`.
-    - `observables`: dict name -> `fn(t, state, system)` evaluated at every saved frame. For
-      a small ODE state that will be differentiated in reverse mode, write them with
-      components (`y[0]**2 + y[1]**2 + y[2]**2`) rather than whole-vector operations
-      (`jnp.sum(y**2)`). Measured on XLA:CPU (1,000 Lorenz members, 100 frames, float64),
-      forward+gradient took 1.4 ms with components and 7.4 ms with the whole vector; without
-      reverse mode the two cost the same.
+    - `observables`: dict name -> `fn(t, state, system)` evaluated at every saved frame.
     - `save_states`: keep the states (set False to keep only observables and bound memory).
     - `adjoint`: how reverse mode differentiates the rollout: `CheckpointAdjoint()` (the
       default: memory grows with saved frames, not steps, and it is also the fastest, since
@@ -194,6 +189,19 @@ def _use_componentwise_layout(system, state0) -> bool:
         and jnp.ndim(state0) == 1
 
 
+def _assemble(components):
+    """The 1-D array of a tuple of scalar components (what observables receive), built by
+    selects: exact for any value (inf, NaN, -0.0), like `jnp.stack`, but with a transpose
+    that XLA:CPU fuses well. Reverse mode through an observable acting on the whole vector
+    (`jnp.sum(y**2)`) of a stacked frame inside the time loop ran 5x slower (1,000 Lorenz
+    members, 100 frames, float64, one core: 7.9 ms; with selects 1.6 ms)."""
+    index = jnp.arange(len(components))
+    out = jnp.broadcast_to(components[0], (len(components),))
+    for i in range(1, len(components)):
+        out = jnp.where(index == i, components[i], out)
+    return out
+
+
 def _frame_is_finite(state):
     return functools.reduce(jnp.logical_and, [jnp.all(jnp.isfinite(x)) for x in jtu.tree_leaves(state)])
 
@@ -229,7 +237,7 @@ class _Frames(eqx.Module):
     adjoint: AbstractAdjoint
 
     def to_user(self, y):
-        return jnp.stack(y) if self.componentwise else y
+        return _assemble(y) if self.componentwise else y
 
     def record(self, system, carry, t):
         """(state or None, observables, all-finite flag) of one frame. A componentwise state is

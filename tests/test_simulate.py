@@ -135,12 +135,31 @@ def test_componentwise_frames_are_stacked_once_after_the_scan():
                               adjoint=sciax.CheckpointAdjoint())
         return jnp.sum(traj.states ** 2)
 
-    for fn in (loss, jax.grad(loss)):
+    def energy_loss(rho):  # an observable acting on the whole state vector, in the loop
+        traj = sciax.simulate(Lorenz(rho=rho), Y0, integrator=si.RK4(), dt=0.01, n_steps=20, save_states=False,
+                              observables={"e": lambda t, y, s: jnp.sum(y ** 2)})
+        return jnp.sum(traj.observables["e"])
+
+    for fn in (loss, jax.grad(loss), energy_loss, jax.grad(energy_loss)):
         in_loops = primitives_in_loops(jax.make_jaxpr(fn)(28.0).jaxpr)
         assert "mul" in in_loops  # the steps were found inside the loops
         assert not in_loops & {"stack", "concatenate"}
     traj = sciax.simulate(Lorenz(), Y0, integrator=si.RK4(), dt=0.01, n_steps=20, save_every=5)
     assert traj.states.shape == (5, 3)
+
+
+def test_observables_see_exactly_the_saved_state():
+    """Observables receive the component-wise state assembled into an array (by selects);
+    every value comes through unchanged: inf, NaN, -0.0 and ordinary numbers."""
+    from sciax._simulate import _assemble
+
+    parts = (jnp.float64(np.inf), jnp.float64(np.nan), jnp.float64(-0.0), jnp.float64(1.5))
+    out = np.asarray(_assemble(parts))
+    np.testing.assert_array_equal(out, [np.inf, np.nan, 0.0, 1.5])
+    assert np.signbit(out[2]) and out.dtype == np.float64
+    traj = sciax.simulate(Lorenz(), Y0, integrator=si.RK4(), dt=0.01, n_steps=30, save_every=3,
+                          observables={"same": lambda t, y, s: y})
+    np.testing.assert_array_equal(traj.observables["same"], traj.states)
 
 
 def test_saving_frames_times_and_observables():
