@@ -245,7 +245,7 @@ class _Frames(eqx.Module):
         stacking it in every frame made reverse mode through the scan 2-3x slower on XLA:CPU
         (the transposed stack in each backward iteration)."""
         state = self.integrator.state(carry)
-        user = self.to_user(state) if self.observables else None  # one stack for all of them
+        user = self.to_user(state) if self.observables else None  # assembled once for all of them
         obs = {name: fn(t, user, system) for name, fn in self.observables.items()}
         return (state if self.save_states else None), obs, _frame_is_finite(state)
 
