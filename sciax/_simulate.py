@@ -15,6 +15,7 @@ from jax import lax
 from ._adjoint import AbstractAdjoint, CheckpointAdjoint, ReversibleAdjoint
 from ._callable_key import by_code
 from ._errors import NonFiniteStateError
+from ._jit import async_filter_jit
 from ._trajectory import Trajectory
 from ._validation import (
     check_precision,
@@ -206,7 +207,7 @@ def _frame_is_finite(state):
     return functools.reduce(jnp.logical_and, [jnp.all(jnp.isfinite(x)) for x in jtu.tree_leaves(state)])
 
 
-@eqx.filter_jit
+@async_filter_jit  # returns before the rollout has run, so a host loop can overlap it
 def _rollout(system, state0, integrator, dt, t0, key, args, observables, n_steps, save_every,
              save_states, adjoint, componentwise, step_offset):
     frames = _Frames(integrator, observables, save_every, n_steps // save_every, save_states,

@@ -2,6 +2,7 @@
 refusing a changed scenario, and NaN/Inf reports that keep what was written before."""
 
 import dataclasses
+import io
 import json
 
 import jax.tree_util as jtu
@@ -162,6 +163,64 @@ def test_outputs_csv_and_summary(tmp_path):
     assert summary["conserved"]["energy"]["max_relative_error"] < 1e-3
     assert summary["conserved"]["angular_momentum"]["max_relative_error"] < 1e-12
     assert (tmp_path / "scenario.toml").read_text().endswith(s.text)
+
+
+def test_csv_rows_are_numpy_savetxt_text(tmp_path):
+    """The block formatter writes exactly what `np.savetxt(fmt="%.{digits}g")` writes, signs
+    of zero, NaN, infinities and subnormals included, and the rows read back exactly."""
+    from sciax.io import append_csv_rows
+
+    rng = np.random.default_rng(0)
+
+    def rows(dtype, exponents):
+        values = (rng.standard_normal((50, 4)) * 10.0 ** rng.integers(-exponents, exponents, (50, 4))).astype(dtype)
+        values[0] = [-0.0, np.nan, np.inf, -np.inf]
+        values[1] = [np.finfo(dtype).smallest_subnormal, -np.finfo(dtype).tiny, 1.0, 0.1]
+        return values.astype(np.float64)
+
+    for digits, dtype, exponents in ((17, np.float64, 300), (9, np.float32, 30)):
+        values = rows(dtype, exponents)
+        path = tmp_path / f"rows{digits}.csv"
+        append_csv_rows(path, values[:20], digits=digits)
+        size = append_csv_rows(path, values[20:], digits=digits)
+        text = path.read_text()
+        reference = io.StringIO()
+        np.savetxt(reference, values, fmt=f"%.{digits}g", delimiter=",")
+        assert text == reference.getvalue() and size == len(text.encode())
+        back = np.loadtxt(path, delimiter=",").astype(dtype)  # 17 digits round-trip float64, 9 float32
+        np.testing.assert_array_equal(back, values.astype(dtype))
+        assert np.signbit(back[0, 0])
+    assert append_csv_rows(tmp_path / "empty.csv", np.zeros((0, 3))) == 0
+
+
+def test_the_next_chunk_is_queued_before_the_previous_chunk_is_written(tmp_path, monkeypatch):
+    """The device computes chunk k + 1 while the host writes chunk k: chunk k + 1 is dispatched
+    (from chunk k's final state, without waiting for it) before chunk k's frames are written,
+    and no chunk beyond `max_chunks` is dispatched."""
+    from sciax import runner
+
+    events = []
+    simulate, write = runner.simulate, runner._Driver._write_frames
+
+    def dispatch(*args, step_offset, **kwargs):
+        events.append(("dispatch", int(step_offset)))
+        return simulate(*args, step_offset=step_offset, **kwargs)
+
+    def written(self, first_frame, *args):
+        events.append(("write", int(first_frame) * self.sc.run.save_every))
+        return write(self, first_frame, *args)
+
+    monkeypatch.setattr(runner, "simulate", dispatch)
+    monkeypatch.setattr(runner._Driver, "_write_frames", written)
+    s = scenario(LORENZ)
+    run(s, tmp_path / "full", progress=False)
+    # Steps: chunk k starts at 100 k; a later chunk's first written frame is one save after its start.
+    assert events == [("dispatch", 0), ("dispatch", 100), ("write", 0), ("dispatch", 200), ("write", 110),
+                      ("dispatch", 300), ("write", 210), ("write", 310)]
+    assert_same(load_trajectory(tmp_path / "full" / "trajectory.npz"), direct(s))
+    events.clear()
+    run(s, tmp_path / "part", progress=False, max_chunks=2)
+    assert events == [("dispatch", 0), ("dispatch", 100), ("write", 0), ("write", 110)]
 
 
 def test_resume_after_interruption_equals_uninterrupted_run(tmp_path):

@@ -24,6 +24,7 @@ from jax.sharding import PartitionSpec as P
 
 from .. import parallel
 from .._callable_key import by_code
+from .._jit import async_filter_jit
 from .._simulate import simulate
 from .._trajectory import Trajectory
 from .._validation import describe
@@ -630,7 +631,7 @@ class _ChunkConfig:
     cache_block: int | None = _CACHE_BLOCK  # members vmapped at once; None: the whole chunk (accelerators)
 
 
-@eqx.filter_jit
+@async_filter_jit  # returns when the chunk is queued: the host copies the previous one meanwhile
 def _chunk(config: _ChunkConfig, payload, tables, order, start, stop):
     """Members at positions `start .. start + batch - 1` (of `order`, or flat) below `stop`.
 
@@ -695,7 +696,7 @@ def _chunk(config: _ChunkConfig, payload, tables, order, start, stop):
     return (outs if config.needs_values else None), ok, partials
 
 
-@eqx.filter_jit
+@async_filter_jit
 def _merge(config: _ChunkConfig, out_struct, a, b):
     return {k: tree_merge(r, out_struct, a[k], b[k]) for k, r in config.streaming}
 

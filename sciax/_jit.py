@@ -1,0 +1,114 @@
+"""`filter_jit` for the calls that the host dispatches in a loop: Equinox's filtering, JAX's
+asynchronous dispatch.
+
+`eqx.filter_jit` waits, at every call, until the compiled program has finished running (it
+blocks on a marker output so that `eqx.error_if` errors are raised at the call, with their
+message). A host loop that dispatches chunk k + 1 and then writes or copies chunk k therefore
+runs the two one after the other: the device idles while the host works, and the host while
+the device works. `async_filter_jit` splits the arguments the same way (array leaves are traced,
+everything else is static and must be hashable) but returns as soon as the program is queued,
+like `jax.jit`; its outputs are ready when they are read.
+
+On CPU, XLA itself runs a program synchronously when its cost analysis (which counts a loop
+body once) finds fewer than 1,000 flops, e.g. a long rollout that keeps only a few frames.
+
+Use it only for functions with no `eqx.error_if` inside: such an error would surface at the
+first read of an output, as a plain `JaxRuntimeError`.
+"""
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.tree_util as jtu
+
+
+class _Static:
+    """The non-array part of a pytree, hashable (jax.jit's cache key): equal when the tree
+    structure and every non-array leaf are equal."""
+
+    __slots__ = ("treedef", "leaves")
+
+    def __init__(self, tree):
+        leaves, self.treedef = jtu.tree_flatten(tree)
+        self.leaves = tuple(leaves)
+
+    def tree(self):
+        return jtu.tree_unflatten(self.treedef, self.leaves)
+
+    def __hash__(self):
+        return hash((self.treedef, self.leaves))
+
+    def __eq__(self, other):
+        return isinstance(other, _Static) and self.treedef == other.treedef and self.leaves == other.leaves
+
+
+@jtu.register_pytree_node_class
+class _Out:
+    """A function's outputs: arrays as pytree children, the rest (None, Python scalars, static
+    fields) as auxiliary data, so that any output `eqx.filter_jit` accepts is returned."""
+
+    def __init__(self, dynamic, static):
+        self.dynamic, self.static = dynamic, static
+
+    def tree_flatten(self):
+        return (self.dynamic,), self.static
+
+    @classmethod
+    def tree_unflatten(cls, static, children):
+        return cls(children[0], static)
+
+    def value(self):
+        return eqx.combine(self.dynamic, self.static.tree())
+
+
+def _split(args, kwargs):
+    dynamic, static = eqx.partition((args, kwargs), eqx.is_array)
+    return dynamic, _Static(static)
+
+
+class _Compiled:
+    """An ahead-of-time compiled `async_filter_jit` function, called like the function itself.
+    `.compiled` is JAX's `Compiled` (memory and cost analyses, HLO text)."""
+
+    def __init__(self, compiled, static: _Static, name: str):
+        self.compiled, self._static, self._name = compiled, static, name
+
+    def __call__(self, *args, **kwargs):
+        dynamic, static = _split(args, kwargs)
+        if static != self._static:
+            raise ValueError(f"{self._name}: called with static arguments other than those it was compiled for.")
+        return self.compiled(dynamic).value()
+
+
+class _Lowered:
+    def __init__(self, lowered, static: _Static, name: str):
+        self.lowered, self._static, self._name = lowered, static, name
+
+    def as_text(self):
+        return self.lowered.as_text()
+
+    def compile(self, compiler_options=None):
+        return _Compiled(self.lowered.compile(compiler_options=compiler_options), self._static, self._name)
+
+
+def async_filter_jit(fn):
+    """`eqx.filter_jit(fn)` that does not wait for the program to finish (see the module
+    docstring). `.lower(*args, **kwargs)` lowers it for ahead-of-time compilation."""
+
+    @functools.partial(jax.jit, static_argnums=1)
+    def jitted(dynamic, static: _Static):
+        args, kwargs = eqx.combine(dynamic, static.tree())
+        out_dynamic, out_static = eqx.partition(fn(*args, **kwargs), eqx.is_array)
+        return _Out(out_dynamic, _Static(out_static))
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        return jitted(*_split(args, kwargs)).value()
+
+    def lower(*args, **kwargs):
+        dynamic, static = _split(args, kwargs)
+        return _Lowered(jitted.lower(dynamic, static), static, fn.__name__)
+
+    call.lower = lower
+    return call
