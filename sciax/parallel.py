@@ -167,12 +167,18 @@ def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 
 
+ALLGATHER_PIECE_BYTES = 64 * 2**20  # bytes per process per round of `allgather`
+
+
 def allgather(tree):
     """Gather a pytree of host arrays from every process, stacked on a new leading process axis.
 
     Every process must call this with arrays of the same shapes and dtypes. The gather runs
     over a mesh of one device per process, so processes may have different numbers of local
-    devices (nodes with different GPU counts).
+    devices (nodes with different GPU counts). It goes in rounds of at most
+    `ALLGATHER_PIECE_BYTES` per process, so that device holds n_processes x that much at a
+    time, not the whole gathered result (kept outputs of a large ensemble may not fit on one
+    accelerator, though they fit in host memory).
     """
     if jax.process_count() == 1:
         return jax.tree_util.tree_map(lambda x: np.asarray(x)[None], tree)
@@ -181,9 +187,17 @@ def allgather(tree):
     mesh = Mesh(np.array(firsts), ("processes",))
     mine = firsts[jax.process_index()]
     stacked, replicated_ = NamedSharding(mesh, PartitionSpec("processes")), NamedSharding(mesh, PartitionSpec())
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    local = [np.asarray(x) for x in leaves]
-    global_ = [jax.make_array_from_single_device_arrays((n, *x.shape), stacked, [jax.device_put(x[None], mine)])
-               for x in local]
-    gathered = jax.jit(lambda xs: xs, out_shardings=replicated_)(global_)
-    return jax.tree_util.tree_unflatten(treedef, [np.asarray(g.addressable_data(0)) for g in gathered])
+    gather = jax.jit(lambda x: x, out_shardings=replicated_)
+
+    def one_leaf(x):
+        flat = np.ascontiguousarray(x).reshape(-1)
+        out = np.empty((n, flat.size), flat.dtype)
+        step = max(1, ALLGATHER_PIECE_BYTES // max(flat.itemsize, 1))
+        for first in range(0, flat.size, step):  # the same rounds on every process (same shapes)
+            piece = flat[first:first + step]
+            global_ = jax.make_array_from_single_device_arrays(
+                (n, piece.size), stacked, [jax.device_put(piece[None], mine)])
+            out[:, first:first + piece.size] = np.asarray(gather(global_).addressable_data(0))
+        return out.reshape((n, *np.shape(x)))
+
+    return jax.tree_util.tree_map(lambda x: one_leaf(np.asarray(x)), tree)

@@ -69,8 +69,22 @@ def main(path):
         foreign_devices_error = ""
     except ValueError as e:
         foreign_devices_error = str(e)
+    # The gather in rounds of a few bytes (instead of 64 MiB): the same ensemble, and a direct
+    # gather of odd-sized leaves (a 0-d array, bools, a size that is not a multiple of the round).
+    from sciax import parallel
+
+    parallel.ALLGATHER_PIECE_BYTES = 40
+    pieces = case()
+    me = jax.process_index()
+    direct = parallel.allgather({"x": np.arange(37, dtype=np.float32).reshape(37, 1) + 100 * me,
+                                 "flag": np.arange(11) % (2 + me) == 0, "scalar": np.float64(me) / 3,
+                                 "empty": np.zeros((0, 3))})
     np.savez(
         path,
+        piece_outputs=pieces.outputs,
+        piece_q=pieces.reductions["q"],
+        direct_x=direct["x"], direct_flag=direct["flag"], direct_scalar=direct["scalar"],
+        direct_empty_shape=direct["empty"].shape,
         process_index=jax.process_index(),
         process_count=jax.process_count(),
         global_devices=len(jax.devices()),

@@ -87,6 +87,15 @@ def test_two_processes_equal_one(tmp_path):
         np.testing.assert_array_equal(out["one_mean"], one.reductions["mean"])
         assert out["one_process_members"].tolist() == ([0, 1] if p == 0 else [1, 1])
         assert "device(s) of other processes" in str(out["foreign_devices_error"])
+        # The final gather in rounds of 40 bytes per process: the same ensemble, bitwise.
+        np.testing.assert_array_equal(out["piece_outputs"], single.outputs)
+        np.testing.assert_array_equal(out["piece_q"], out["q"])
+        np.testing.assert_array_equal(out["direct_x"], np.stack([np.arange(37.0).reshape(37, 1) + 100 * q
+                                                                 for q in range(2)]).astype(np.float32))
+        assert out["direct_x"].dtype == np.float32
+        np.testing.assert_array_equal(out["direct_flag"], [np.arange(11) % (2 + q) == 0 for q in range(2)])
+        np.testing.assert_array_equal(out["direct_scalar"], [0.0, 1 / 3])
+        assert out["direct_empty_shape"].tolist() == [2, 0, 3]
     assert np.array_equal(np.sort(np.concatenate(shares)), np.arange(15))  # no member twice, none missing
     assert [len(s) for s in shares] == [8, 7]
 
