@@ -43,6 +43,7 @@ import numpy as np
 
 from . import io as sio
 from ._errors import NonFiniteStateError
+from ._jit import equinox_errors
 from ._simulate import simulate
 from ._version import __version__
 from .scenario import MAX_AUTO_STATE_COLUMNS, Built, Scenario, ScenarioError
@@ -52,12 +53,14 @@ _CHUNK_PREFIX = "frames_"
 
 
 class _Chunk(typing.NamedTuple):
-    """A dispatched chunk: its first global step, its length, and its (possibly not yet
-    computed) trajectory."""
+    """A dispatched chunk: its first global step, its length, its (possibly not yet computed)
+    trajectory and final state. The final state (a device-side `take` of the last frame) is
+    queued with the chunk, before the next chunk: taken later, it would wait for the next chunk."""
 
     offset: int
     n_steps: int
     traj: typing.Any
+    final_state: typing.Any
 
 
 class ResumeError(ScenarioError):
@@ -397,11 +400,12 @@ class _Driver:
                 offset = self.steps_done if pending is None else pending.offset + pending.n_steps
                 queued = None
                 if offset < total and (max_chunks is None or dispatched < max_chunks):
-                    state = self.state if pending is None else pending.traj.final_state
+                    state = self.state if pending is None else pending.final_state
                     queued = self._dispatch(state, offset, min(chunk, total - offset))
                     dispatched += 1
                 if pending is not None:
-                    self._store(pending)
+                    with equinox_errors():  # an eqx.error_if in a system or observable, read here
+                        self._store(pending)
                     self.report.update(self.steps_done, self.session_steps, self.compute_s,
                                        final=self.steps_done == total)
                 if queued is None:
@@ -421,7 +425,7 @@ class _Driver:
         traj = simulate(self.b.system, state, integrator=self.b.integrator, dt=self.dt, n_steps=n_steps,
                         save_every=self.sc.run.save_every, t0=self.t0, key=self.b.key,
                         observables=self.b.observables, step_offset=jnp.asarray(offset, dtype=self.int_dtype))
-        return _Chunk(offset, n_steps, traj)
+        return _Chunk(offset, n_steps, traj, traj.final_state)
 
     def _store(self, chunk: "_Chunk"):
         """Wait for a dispatched chunk, write its frames and CSV rows, then the checkpoint."""
@@ -442,7 +446,7 @@ class _Driver:
             self._write_frames(first_frame + keep_from, times[sl], states, obs, finite[sl])
         if bad is not None:
             self._non_finite(first_frame + bad, float(times[bad]))
-        self.state = traj.final_state
+        self.state = chunk.final_state
         self.steps_done = offset + n_steps
         self.session_steps += n_steps
         self._checkpoint()

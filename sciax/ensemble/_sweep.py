@@ -24,7 +24,7 @@ from jax.sharding import PartitionSpec as P
 
 from .. import parallel
 from .._callable_key import by_code
-from .._jit import async_filter_jit
+from .._jit import async_filter_jit, equinox_errors
 from .._simulate import simulate
 from .._trajectory import Trajectory
 from .._validation import describe
@@ -734,18 +734,19 @@ def _execute(plan: _Plan) -> dict:
         if values is not None:
             jtu.tree_map(lambda dst, src: dst.__setitem__(sl, src[:n]), values, outs)
 
-    for c in range(n_chunks):
-        first = plan.start + c * batch
-        outs, ok_c, partials = run_chunk(jax.device_put(np.int32(first), on_mesh))
-        for x in jtu.tree_leaves((outs, ok_c)):  # the copy to host starts when the chunk is done
-            x.copy_to_host_async()
-        state = partials if state is None else _merge(plan.config, plan.out_struct, state, partials)
-        pending.append((first, outs, ok_c))
-        if len(pending) > 1:  # copy chunk c-1 out while chunk c computes (async dispatch)
-            collect(pending.pop(0))
-    for item in pending:
-        collect(item)
-    state = jtu.tree_map(np.asarray, state)
+    with equinox_errors():  # an eqx.error_if in user code surfaces where the outputs are read
+        for c in range(n_chunks):
+            first = plan.start + c * batch
+            outs, ok_c, partials = run_chunk(jax.device_put(np.int32(first), on_mesh))
+            for x in jtu.tree_leaves((outs, ok_c)):  # the copy to host starts when the chunk is done
+                x.copy_to_host_async()
+            state = partials if state is None else _merge(plan.config, plan.out_struct, state, partials)
+            pending.append((first, outs, ok_c))
+            if len(pending) > 1:  # copy chunk c-1 out while chunk c computes (async dispatch)
+                collect(pending.pop(0))
+        for item in pending:
+            collect(item)
+        state = jtu.tree_map(np.asarray, state)
     return dict(values=values, ok=ok, flat=flat_local, state=state, n_chunks=n_chunks, batch=batch)
 
 

@@ -60,10 +60,12 @@ def append_csv_rows(path, rows: np.ndarray, *, digits: int = 17) -> int:
     rows = np.asarray(rows)
     if rows.ndim != 2:
         raise ValueError(f"append_csv_rows: rows must be 2-D, got shape {rows.shape}.")
-    # One `%` over the whole block: the same text as np.savetxt(fmt="%.{digits}g"), in about
-    # half its time (100,000 rows of 4 columns: 0.13 s against 0.23 s).
+    # One `%` per block of rows: the same text as np.savetxt(fmt="%.{digits}g"), in about half
+    # its time (100,000 rows of 4 columns: 0.13 s against 0.23 s); blocks bound the Python floats.
     line = ",".join([f"%.{digits}g"] * rows.shape[1]) + "\n"
-    text = (line * rows.shape[0]) % tuple(rows.ravel().tolist())
+    block = 10_000
+    text = "".join((line * len(part)) % tuple(part.ravel().tolist())
+                   for part in (rows[i:i + block] for i in range(0, rows.shape[0], block)))
     with open(path, "ab") as f:
         f.write(text.encode())
         f.flush()
