@@ -82,13 +82,14 @@ class _QuietEquinoxCallbacks(logging.Filter):
 
 @contextlib.contextmanager
 def equinox_errors():
-    """Raise an `eqx.error_if` failure that surfaces in this block (as a `JaxRuntimeError` from
-    running or reading a program) as `eqx.EquinoxRuntimeError` with the check's message."""
+    """Raise an `eqx.error_if` failure that surfaces in this block (as a `JaxRuntimeError`, or a
+    `ValueError` once the program is compiled, from running or reading it) as
+    `eqx.EquinoxRuntimeError` with the check's message. Other errors pass unchanged."""
     logger, quiet = logging.getLogger("jax._src.callback"), _QuietEquinoxCallbacks()
     logger.addFilter(quiet)
     try:
         yield
-    except jax.errors.JaxRuntimeError as err:
+    except (jax.errors.JaxRuntimeError, ValueError) as err:  # a compiled program's failure: ValueError
         text = str(err)
         if _EQX_MARKER not in text:
             raise

@@ -175,29 +175,38 @@ def allgather(tree):
 
     Every process must call this with arrays of the same shapes and dtypes. The gather runs
     over a mesh of one device per process, so processes may have different numbers of local
-    devices (nodes with different GPU counts). It goes in rounds of at most
-    `ALLGATHER_PIECE_BYTES` per process, so that device holds n_processes x that much at a
-    time, not the whole gathered result (kept outputs of a large ensemble may not fit on one
-    accelerator, though they fit in host memory).
+    devices (nodes with different GPU counts). The leaves travel as raw bytes (exact for every
+    dtype, whether or not JAX's 64-bit mode is on), joined into one buffer and sent in rounds of
+    at most `ALLGATHER_PIECE_BYTES` per process: that device holds (n_processes + 1) x that much
+    at a time, not the whole gathered result (kept outputs of a large ensemble may not fit on one
+    accelerator, though they fit in host memory). Round sizes are powers of two, so few programs
+    are compiled.
     """
     if jax.process_count() == 1:
         return jax.tree_util.tree_map(lambda x: np.asarray(x)[None], tree)
     n = jax.process_count()
-    firsts = [min((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id) for p in range(n)]
-    mesh = Mesh(np.array(firsts), ("processes",))
-    mine = firsts[jax.process_index()]
-    stacked, replicated_ = NamedSharding(mesh, PartitionSpec("processes")), NamedSharding(mesh, PartitionSpec())
-    gather = jax.jit(lambda x: x, out_shardings=replicated_)
-
-    def one_leaf(x):
-        flat = np.ascontiguousarray(x).reshape(-1)
-        out = np.empty((n, flat.size), flat.dtype)
-        step = max(1, ALLGATHER_PIECE_BYTES // max(flat.itemsize, 1))
-        for first in range(0, flat.size, step):  # the same rounds on every process (same shapes)
-            piece = flat[first:first + step]
-            global_ = jax.make_array_from_single_device_arrays(
-                (n, piece.size), stacked, [jax.device_put(piece[None], mine)])
-            out[:, first:first + piece.size] = np.asarray(gather(global_).addressable_data(0))
-        return out.reshape((n, *np.shape(x)))
-
-    return jax.tree_util.tree_map(lambda x: one_leaf(np.asarray(x)), tree)
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    leaves = [np.asarray(x) for x in leaves]  # (np.ascontiguousarray would make 0-d arrays 1-d)
+    sizes = [x.nbytes for x in leaves]
+    total = sum(sizes)
+    gathered = np.empty((n, total), np.uint8)
+    if total:
+        buffer = np.concatenate([np.ascontiguousarray(x).reshape(-1).view(np.uint8) for x in leaves])
+        piece = min(ALLGATHER_PIECE_BYTES, 1 << (total - 1).bit_length())
+        firsts = [min((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id) for p in range(n)]
+        mesh = Mesh(np.array(firsts), ("processes",))
+        mine = firsts[jax.process_index()]
+        stacked = NamedSharding(mesh, PartitionSpec("processes"))
+        gather = jax.jit(lambda x: x, out_shardings=NamedSharding(mesh, PartitionSpec()))
+        for first in range(0, total, piece):  # the same rounds on every process (same sizes)
+            part = np.zeros((1, piece), np.uint8)
+            chunk = buffer[first:first + piece]
+            part[0, :chunk.size] = chunk
+            global_ = jax.make_array_from_single_device_arrays((n, piece), stacked, [jax.device_put(part, mine)])
+            gathered[:, first:first + chunk.size] = np.asarray(gather(global_).addressable_data(0))[:, :chunk.size]
+    out, offset = [], 0
+    for x, size in zip(leaves, sizes):
+        raw = np.ascontiguousarray(gathered[:, offset:offset + size])
+        out.append(raw.view(x.dtype).reshape((n, *x.shape)))
+        offset += size
+    return jax.tree_util.tree_unflatten(treedef, out)

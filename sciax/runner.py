@@ -401,7 +401,13 @@ class _Driver:
                 queued = None
                 if offset < total and (max_chunks is None or dispatched < max_chunks):
                     state = self.state if pending is None else pending.final_state
-                    queued = self._dispatch(state, offset, min(chunk, total - offset))
+                    try:
+                        queued = self._dispatch(state, offset, min(chunk, total - offset))
+                    except Exception:  # e.g. an error_if run at dispatch (CPU), out of memory: keep chunk k
+                        if pending is not None:
+                            with equinox_errors():
+                                self._store(pending)
+                        raise
                     dispatched += 1
                 if pending is not None:
                     with equinox_errors():  # an eqx.error_if in a system or observable, read here

@@ -78,13 +78,13 @@ def main(path):
     me = jax.process_index()
     direct = parallel.allgather({"x": np.arange(37, dtype=np.float32).reshape(37, 1) + 100 * me,
                                  "flag": np.arange(11) % (2 + me) == 0, "scalar": np.float64(me) / 3,
-                                 "empty": np.zeros((0, 3))})
+                                 "empty": np.zeros((0, 3)), "big": np.array([2**62 + 1 + me], np.int64)})
     np.savez(
         path,
         piece_outputs=pieces.outputs,
         piece_q=pieces.reductions["q"],
         direct_x=direct["x"], direct_flag=direct["flag"], direct_scalar=direct["scalar"],
-        direct_empty_shape=direct["empty"].shape,
+        direct_empty_shape=direct["empty"].shape, direct_big=direct["big"],
         process_index=jax.process_index(),
         process_count=jax.process_count(),
         global_devices=len(jax.devices()),

@@ -96,6 +96,7 @@ def test_two_processes_equal_one(tmp_path):
         np.testing.assert_array_equal(out["direct_flag"], [np.arange(11) % (2 + q) == 0 for q in range(2)])
         np.testing.assert_array_equal(out["direct_scalar"], [0.0, 1 / 3])
         assert out["direct_empty_shape"].tolist() == [2, 0, 3]
+        assert out["direct_big"].dtype == np.int64 and out["direct_big"].tolist() == [[2**62 + 1], [2**62 + 2]]
     assert np.array_equal(np.sort(np.concatenate(shares)), np.arange(15))  # no member twice, none missing
     assert [len(s) for s in shares] == [8, 7]
 

@@ -252,6 +252,27 @@ def test_writing_a_chunk_does_not_wait_for_the_next(tmp_path, monkeypatch):
     assert at_checkpoint == [False]
 
 
+def test_an_error_when_dispatching_the_next_chunk_keeps_the_previous_chunk(tmp_path, monkeypatch):
+    """Dispatch can fail (an `error_if` in a system runs at dispatch on CPU; memory): chunk k,
+    already computed, is still written and checkpointed before the error propagates."""
+    from sciax import runner
+
+    dispatch, calls = runner._Driver._dispatch, []
+
+    def failing_third(self, *args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise MemoryError("out of device memory")
+        return dispatch(self, *args)
+
+    monkeypatch.setattr(runner._Driver, "_dispatch", failing_third)
+    with pytest.raises(MemoryError):
+        run(scenario(LORENZ), tmp_path, progress=False)
+    _, meta = sciax.io.load_checkpoint(tmp_path / "checkpoint.npz", like=np.zeros(3))
+    assert meta["steps_done"] == 200  # chunks 0 and 1, computed before the third dispatch failed
+    assert len(list((tmp_path / "chunks").iterdir())) == 2
+
+
 def test_resume_after_interruption_equals_uninterrupted_run(tmp_path):
     s = scenario(LANGEVIN)
     full = run(s, tmp_path / "full", progress=False)
