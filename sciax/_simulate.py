@@ -80,10 +80,14 @@ def simulate(
       starting from the previous final state) is bitwise equal to one call. Step indices are
       JAX integers: `step_offset + n_steps` must stay below 2**31 unless x64 is on.
 
-    **Returns:** a `Trajectory`.
+    **Returns:** a `Trajectory`, as soon as the rollout is queued (asynchronous dispatch, as with
+    `jax.jit`; `check_finite=True` waits for it), so the host can prepare the next call or write
+    the previous result while it runs.
 
     **Raises:** `StateMismatchError` (state does not fit the system), `TypeError`/`ValueError`
-    for bad arguments, `NonFiniteStateError` when `check_finite=True` and the run blew up.
+    for bad arguments, `NonFiniteStateError` when `check_finite=True` and the run blew up,
+    `eqx.EquinoxRuntimeError` for an `eqx.error_if` in the system or an observable (at the call
+    on CPU; on an accelerator it arrives as a `JaxRuntimeError` where the outputs are read).
 
     ```python
     traj = sciax.simulate(sciax.systems.Lorenz(), jnp.array([1.0, 0.0, 0.0]),
