@@ -151,19 +151,43 @@ def test_cache_blocks_on_cpu_and_one_vmap_on_accelerators_give_the_same_members(
     limit = _sweep._CACHE_BLOCK_MAX_OUTPUT_BYTES
     assert _sweep._cache_block("cpu", limit - 1) == _sweep._CACHE_BLOCK
     assert _sweep._cache_block("cpu", limit) is None
+    assert _sweep._cache_block("cpu", limit, threads=4) is None and _sweep._cache_block("gpu", 0, 4) is None
     every_step = _sweep._plan(Lorenz(), Y0, {"rho": RHO}, mode="grid", simulate_kwargs=dict(KW, save_every=1),
                               solve_kwargs=None, run=None, output=None, reduce=None, reduce_over=None, keep=None,
                               key=None, batch_size=None, memory_budget=None, devices=1, check_finite=True,
                               order=None, gather=True)
     assert every_step.config.cache_block is None  # 61 float64 frames of 3 components per member
     whole = lorenz_grid(devices=1)
-    monkeypatch.setattr(_sweep, "_CACHE_BLOCK", 8)  # 15 members (16 with padding): two blocks
+    monkeypatch.setattr(_sweep, "_cache_block", lambda *a: 8)  # 15 members (16 with padding): two blocks
     blocked = lorenz_grid(devices=1)
     monkeypatch.setattr(_sweep, "_cache_block", lambda *a: None)  # what an accelerator runs
     one_vmap = lorenz_grid(devices=1)
     for other in (blocked, one_vmap):
         np.testing.assert_array_equal(other.outputs, whole.outputs)
         np.testing.assert_array_equal(other.ok, whole.ok)
+
+
+def test_cache_blocks_grow_with_the_threads_of_each_cpu_device(monkeypatch):
+    """XLA:CPU splits each kernel over its threads, which does not pay for a block of 8,192
+    members: with several cores per device a block holds `_CACHE_BLOCK_PER_THREAD` members per
+    thread; the cores this process may use (its affinity) are shared by the mesh's devices."""
+    from sciax.ensemble import _sweep
+
+    assert _sweep._cache_block("cpu", 0, threads=1) == _sweep._CACHE_BLOCK == 8192
+    assert _sweep._cache_block("cpu", 0, threads=2) == 2 * _sweep._CACHE_BLOCK_PER_THREAD
+    assert _sweep._cache_block("cpu", 0, threads=8) == 8 * _sweep._CACHE_BLOCK_PER_THREAD
+
+    def plan(devices):
+        return _sweep._plan(Lorenz(), Y0, {"rho": RHO}, mode="grid", simulate_kwargs=KW, solve_kwargs=None,
+                            run=None, output=final, reduce=None, reduce_over=None, keep=None, key=None,
+                            batch_size=None, memory_budget=None, devices=devices, check_finite=True, order=None,
+                            gather=True)
+
+    for cores, devices, block in ((1, 1, _sweep._CACHE_BLOCK), (2, 1, 2 * _sweep._CACHE_BLOCK_PER_THREAD),
+                                  (8, 4, 2 * _sweep._CACHE_BLOCK_PER_THREAD), (4, 4, _sweep._CACHE_BLOCK)):
+        monkeypatch.setattr(_sweep.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)), raising=False)
+        assert _sweep._cpu_threads_per_device(devices) == max(1, cores // devices)
+        assert plan(devices).config.cache_block == block
 
 
 def test_on_an_accelerator_the_memory_check_always_runs_and_chunks_are_one_vmap(monkeypatch):
@@ -178,7 +202,7 @@ def test_on_an_accelerator_the_memory_check_always_runs_and_chunks_are_one_vmap(
                             key=None, batch_size=None, memory_budget=None, devices=1, check_finite=True, order=None,
                             gather=True)
 
-    assert plan().config.cache_block == _sweep._CACHE_BLOCK
+    assert plan().config.cache_block is not None
     on_cpu = lorenz_grid(devices=1)
     assert on_cpu.info["chunk_bytes"] is None  # estimate far below the default budget: no check
     monkeypatch.setattr(_sweep, "_platform", lambda mesh: "gpu")

@@ -83,7 +83,7 @@ def prepare_sciax(ctx, method, dtype, rhos):
 
 
 def prepare_sweep(ctx, method, dtype, rhos):
-    """`sciax.sweep` over ρ: the same members. On CPU in blocks of 8,192 vmapped members run one
+    """`sciax.sweep` over ρ: the same members. On CPU (one core) in blocks of 8,192 vmapped members run one
     after another, so a block's states stay in cache for all 1,000 steps; on a GPU all at once.
     Its time includes copying every member's final state to host memory (a NumPy array)."""
     import jax

@@ -61,10 +61,31 @@ def _platform(mesh) -> str:
     return mesh.devices.flat[0].platform
 
 
-def _cache_block(platform: str, output_bytes: int = 0) -> int | None:
-    """Members vmapped at once inside a chunk: `_CACHE_BLOCK` on CPU when a member's output
-    (`output_bytes`) is small, the whole chunk otherwise and on accelerators."""
-    return _CACHE_BLOCK if platform == "cpu" and output_bytes < _CACHE_BLOCK_MAX_OUTPUT_BYTES else None
+# With more than one core, XLA:CPU splits each kernel of a block over its threads, and a block
+# of 8,192 members is too small to pay for that: 1e5 float32 members on two cores took 121-124
+# ms in blocks of 8,192 (84 ms on one core), 96-101 ms in blocks of 16,384, 88-91 ms at 32,768,
+# 75 ms at 65,536 and 80-83 ms unblocked; 1e6 members: 1,169 / 699 / 672 ms in blocks of 8,192 /
+# 65,536 / unblocked (805 ms on one core in blocks of 8,192). So a block holds this many members
+# per thread when a device has several.
+_CACHE_BLOCK_PER_THREAD = 32768
+
+
+def _cpu_threads_per_device(n_devices: int) -> int:
+    """CPU cores this process may run on (its affinity), shared by the mesh's devices."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, n_devices))
+
+
+def _cache_block(platform: str, output_bytes: int = 0, threads: int = 1) -> int | None:
+    """Members vmapped at once inside a chunk on CPU when a member's output (`output_bytes`) is
+    small: `_CACHE_BLOCK` with one thread per device, `_CACHE_BLOCK_PER_THREAD` per thread with
+    several. The whole chunk otherwise and on accelerators."""
+    if platform != "cpu" or output_bytes >= _CACHE_BLOCK_MAX_OUTPUT_BYTES:
+        return None
+    return _CACHE_BLOCK if threads <= 1 else _CACHE_BLOCK_PER_THREAD * threads
 
 
 # Members per device per chunk are rounded up to a multiple of LANES. On XLA:CPU a member's
@@ -267,7 +288,7 @@ def _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output
         needs_values=needs_values, kept=kept, n_groups=n_groups,
         streaming=tuple((k, r) for k, r in reductions.items() if not r.needs_values),
         partitioning="single" if n_dev == 1 else "shard_map",
-        cache_block=_cache_block(_platform(mesh), _nbytes(out_struct)),
+        cache_block=_cache_block(_platform(mesh), _nbytes(out_struct), _cpu_threads_per_device(mesh.devices.size)),
     )
     if n_dev > 1 and not _traces_in_shard_map(config, payload, resolved):
         config = dataclasses.replace(config, partitioning="auto")
