@@ -113,7 +113,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="override [run] n_steps (e.g. a short smoke test); a multiple of save_every")
     p.add_argument("--no-compilation-cache", action="store_true",
                    help="do not keep compiled programs on disk (default: kept in $SCIAX_CACHE_DIR, else "
-                        "$XDG_CACHE_HOME/sciax/jax or ~/.cache/sciax/jax, so a second run of a scenario skips most compilation)")
+                        "$XDG_CACHE_HOME/sciax/jax or ~/.cache/sciax/jax, so a second run of a scenario skips "
+                        "most compilation)")
     return parser
 
 
