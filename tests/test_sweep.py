@@ -183,11 +183,36 @@ def test_cache_blocks_grow_with_the_threads_of_each_cpu_device(monkeypatch):
                             batch_size=None, memory_budget=None, devices=devices, check_finite=True, order=None,
                             gather=True)
 
-    for cores, devices, block in ((1, 1, _sweep._CACHE_BLOCK), (2, 1, 2 * _sweep._CACHE_BLOCK_PER_THREAD),
-                                  (8, 4, 2 * _sweep._CACHE_BLOCK_PER_THREAD), (4, 4, _sweep._CACHE_BLOCK)):
+    monkeypatch.setattr(_sweep, "_cgroup_cpu_quota", lambda: None)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)  # read when the threads are counted, not at import
+    cases = [(1, 1, 1), (2, 1, 2), (8, 4, 2), (4, 4, 1), (6, 4, 1), (2, 4, 1)]  # cores, devices, threads
+    for cores, devices, threads in cases:
         monkeypatch.setattr(_sweep.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)), raising=False)
-        assert _sweep._cpu_threads_per_device(devices) == max(1, cores // devices)
-        assert plan(devices).config.cache_block == block
+        assert _sweep._cpu_threads_per_device(devices) == threads
+        assert plan(devices).config.cache_block == (_sweep._CACHE_BLOCK if threads == 1
+                                                    else threads * _sweep._CACHE_BLOCK_PER_THREAD)
+    monkeypatch.setattr(_sweep, "_cgroup_cpu_quota", lambda: 3)  # docker --cpus=2.5 on an 8-core host
+    monkeypatch.setattr(_sweep.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    assert _sweep._cpu_threads_per_device(1) == 3
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")  # XLA on one thread
+    assert _sweep._cpu_threads_per_device(1) == 1
+    monkeypatch.delenv("XLA_FLAGS")
+    monkeypatch.setattr(_sweep, "_cgroup_cpu_quota", lambda: None)
+    monkeypatch.delattr(_sweep.os, "sched_getaffinity", raising=False)  # not Linux: all cores
+    monkeypatch.setattr(_sweep.os, "cpu_count", lambda: 4)
+    assert _sweep._cpu_threads_per_device(2) == 2
+
+
+def test_cgroup_cpu_quota(tmp_path, monkeypatch):
+    from sciax.ensemble import _sweep
+
+    path = tmp_path / "cpu.max"
+    monkeypatch.setattr(_sweep, "_CGROUP_CPU_MAX", str(path))
+    assert _sweep._cgroup_cpu_quota() is None  # no file: no cgroup v2 limit
+    for text, cores in (("250000 100000\n", 3), ("100000 100000\n", 1), ("50000 100000\n", 1),
+                        ("max 100000\n", None), ("garbage\n", None)):
+        path.write_text(text)
+        assert _sweep._cgroup_cpu_quota() == cores
 
 
 def test_on_an_accelerator_the_memory_check_always_runs_and_chunks_are_one_vmap(monkeypatch):

@@ -34,7 +34,8 @@ from ._result import MEMBER, SweepResult
 
 _RESERVED = {"system", "state0", "y0", "key", "check_finite"}
 
-# Members per cache block inside a chunk on CPU devices (a multiple of 8, see below). Measured
+# Members per cache block inside a chunk on CPU devices with one thread each (a multiple of 8,
+# see below). Measured
 # 2026-11-22 on one core (AMD EPYC, AVX-512), `sweep` over a Lorenz RK4 ensemble, 1e5 members,
 # 1,000 steps: one vmap over all members ran 9.6e8 (float32) / 4.9e8 (float64) trajectory-steps/s,
 # blocks of 8,192 members 1.10e9 / 5.7e8. Accelerators get no blocking: a GPU needs far more
@@ -66,17 +67,37 @@ def _platform(mesh) -> str:
 # ms in blocks of 8,192 (84 ms on one core), 96-101 ms in blocks of 16,384, 88-91 ms at 32,768,
 # 75 ms at 65,536 and 80-83 ms unblocked; 1e6 members: 1,169 / 699 / 672 ms in blocks of 8,192 /
 # 65,536 / unblocked (805 ms on one core in blocks of 8,192). So a block holds this many members
-# per thread when a device has several.
+# per thread when a device has several (measured on two cores only; more is an extrapolation).
 _CACHE_BLOCK_PER_THREAD = 32768
 
 
 def _cpu_threads_per_device(n_devices: int) -> int:
-    """CPU cores this process may run on (its affinity), shared by the mesh's devices."""
+    """CPU cores this process may run on (its affinity, capped by a cgroup CPU quota), shared by
+    the mesh's devices; 1 when XLA:CPU is told to run single-threaded."""
+    if "--xla_cpu_multi_thread_eigen=false" in os.environ.get("XLA_FLAGS", "").lower():
+        return 1
     try:
         cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
+    except (AttributeError, OSError):  # not Linux
         cores = os.cpu_count() or 1
+    quota = _cgroup_cpu_quota()
+    if quota is not None:
+        cores = min(cores, quota)
     return max(1, cores // max(1, n_devices))
+
+
+_CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"
+
+
+def _cgroup_cpu_quota() -> int | None:
+    """Cores allowed by a cgroup v2 CPU quota (`cpu.max`: "<quota> <period>", e.g. from
+    `docker --cpus`), rounded up; None without one."""
+    try:
+        with open(_CGROUP_CPU_MAX) as f:
+            quota, period = f.read().split()[:2]
+        return None if quota == "max" else max(1, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        return None
 
 
 def _cache_block(platform: str, output_bytes: int = 0, threads: int = 1) -> int | None:
@@ -688,7 +709,7 @@ def _chunk(config: _ChunkConfig, payload, tables, order, start, stop):
         coords = jnp.unravel_index(flat, config.shape) if config.mode == "grid" else (flat,) * len(tables)
         values = [t[c] for t, c in zip(tables, coords)]
         member = lambda p, v, i: _member(config.axes, config.check_finite, eqx.combine(p, static), v, i)  # noqa: E731
-        # Cache blocking on CPU: a sequential loop over blocks of _CACHE_BLOCK members, vmapped
+        # Cache blocking on CPU: a sequential loop over blocks of config.cache_block members, vmapped
         # within each block, keeps a block's states in cache for all its steps instead of
         # streaming the whole chunk through memory at every step.
         run = lambda vf: member(dynamic, *vf)  # noqa: E731
