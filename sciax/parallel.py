@@ -170,6 +170,10 @@ def replicated(mesh: Mesh) -> NamedSharding:
 ALLGATHER_PIECE_BYTES = 64 * 2**20  # bytes per process per round of `allgather`
 
 
+def _identity(x):  # one function object, so jax.jit's cache serves every `allgather` call
+    return x
+
+
 def allgather(tree):
     """Gather a pytree of host arrays from every process, stacked on a new leading process axis.
 
@@ -197,7 +201,7 @@ def allgather(tree):
         mesh = Mesh(np.array(firsts), ("processes",))
         mine = firsts[jax.process_index()]
         stacked = NamedSharding(mesh, PartitionSpec("processes"))
-        gather = jax.jit(lambda x: x, out_shardings=NamedSharding(mesh, PartitionSpec()))
+        gather = jax.jit(_identity, out_shardings=NamedSharding(mesh, PartitionSpec()))
         for first in range(0, total, piece):  # the same rounds on every process (same sizes)
             part = np.zeros((1, piece), np.uint8)
             chunk = buffer[first:first + piece]
