@@ -15,6 +15,7 @@ from jax import lax
 from ._adjoint import AbstractAdjoint, CheckpointAdjoint, ReversibleAdjoint
 from ._callable_key import by_code
 from ._errors import NonFiniteStateError
+from ._fusion import fuse_cotangents, fuse_values
 from ._jit import async_filter_jit
 from ._trajectory import Trajectory
 from ._validation import (
@@ -263,7 +264,12 @@ class _Frames(eqx.Module):
         def one_step(carry, n):
             n = step_offset + n
             step_key = None if key is None else jr.fold_in(key, n)
-            return self.integrator.step(system, self.time(t0, dt, n), carry, dt, step_key, args), None
+            if not self.componentwise:
+                return self.integrator.step(system, self.time(t0, dt, n), carry, dt, step_key, args), None
+            # One XLA:CPU loop per step for all components, going forward and backward (`_fusion`).
+            system_, carry = fuse_cotangents((system, carry))
+            carry = self.integrator.step(system_, self.time(t0, dt, n), carry, dt, step_key, args)
+            return fuse_values(carry), None
 
         if isinstance(self.adjoint, CheckpointAdjoint) and self.adjoint.checkpoint_steps:
             one_step = jax.checkpoint(one_step)

@@ -1,0 +1,150 @@
+"""Fusion hints for XLA:CPU: compute several arrays of one shape in one loop.
+
+Why. XLA:CPU's loop fusion gives every output of a time step its own fused loop, and each of
+those loops recomputes everything its output depends on. One RK4 step of the Lorenz system
+has three outputs (x, y, z), each of which depends on all four stages, so the step was emitted
+as three loops of 66–70 operations each where about 55 in one loop would do: the ensemble
+forward ran at 1.1e9 trajectory-steps/s against the 2.2e9 of a hand-written C loop.
+
+How. `fuse_values(tree)` is the identity on values. On CPU it is lowered as one variadic
+`reduce` over a new leading axis of size 2 whose rows are the arrays and −0.0 (0 for
+integers): XLA emits a variadic reduce with all its fused producers as *one* loop, so the
+step's outputs share their subexpressions. It is exact for every value, ±0, ±inf and NaN
+included, because x + (−0) = x in IEEE 754 round-to-nearest (LLVM folds the addition away).
+Arrays are grouped by shape and dtype (a variadic reduce needs one shape, and XLA one
+precision); a group of one is left alone, and so are booleans. On other platforms the hint is
+lowered to nothing: XLA:GPU fuses multiple outputs itself.
+
+Differentiation. The hint is a linear primitive (the identity). Its tangent is the same hint,
+so forward mode fuses the tangents of a step's outputs too, and its transpose fuses whatever
+`fuse_transposed` says. `fuse_cotangents(tree)` is the identity with nothing to fuse going
+forward, but in reverse mode it fuses the cotangents flowing back into `tree`: put it on a
+step's *inputs* and the backward step computes all of their cotangents in one loop.
+
+Measured (one core, AMD EPYC AVX-512, Lorenz, 10^5 members x 1,000 steps, final state, `sweep`):
+RK4 float32 85-89 -> 51-53 ms, RK4 float64 170 -> 100 ms, Tsit5 float32 246 -> 107 ms, with
+bitwise identical results.
+"""
+
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+_hint_p = Primitive("sciax_fusion_hint")
+_hint_p.multiple_results = True
+
+
+def fuse_values(tree):
+    """`tree`, with its arrays of one shape computed in one XLA:CPU loop (values and, in
+    forward mode, tangents). The identity on values, exactly."""
+    return _bind(tree, fuse=True, fuse_transposed=False)
+
+
+def fuse_cotangents(tree):
+    """`tree` unchanged; in reverse mode the cotangents of its arrays of one shape are
+    computed in one XLA:CPU loop. Put it on a step's inputs."""
+    return _bind(tree, fuse=False, fuse_transposed=True)
+
+
+def _bind(tree, *, fuse, fuse_transposed):
+    leaves, treedef = jtu.tree_flatten(tree)
+    arrays = [i for i, leaf in enumerate(leaves) if _is_number_array(leaf)]
+    if len(arrays) < 2:
+        return tree
+    outs = _hint_p.bind(*[leaves[i] for i in arrays], fuse=fuse, fuse_transposed=fuse_transposed)
+    for i, out in zip(arrays, outs, strict=True):
+        leaves[i] = out
+    return jtu.tree_unflatten(treedef, leaves)
+
+
+def _is_number_array(x) -> bool:
+    """A JAX array or tracer of numbers (NumPy constants and booleans are left alone)."""
+    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.number)
+
+
+def _is_live(t) -> bool:
+    """A tangent or cotangent that holds numbers: not a symbolic zero, not float0 (integers')."""
+    return type(t) is not ad.Zero and jnp.issubdtype(t.dtype, jnp.number)
+
+
+# --- the primitive: identity everywhere except its CPU lowering ------------------------------
+
+
+def _identity(*args, fuse, fuse_transposed):
+    del fuse, fuse_transposed
+    return list(args)
+
+
+_hint_p.def_impl(_identity)
+_hint_p.def_abstract_eval(lambda *avals, **params: list(avals))
+
+
+def _jvp(primals, tangents, *, fuse, fuse_transposed):
+    primals_out = _hint_p.bind(*primals, fuse=fuse, fuse_transposed=fuse_transposed)
+    live = [i for i, t in enumerate(tangents) if _is_live(t)]
+    tangents_out = list(tangents)
+    if live:
+        outs = _hint_p.bind(*[tangents[i] for i in live], fuse=fuse, fuse_transposed=fuse_transposed)
+        for i, out in zip(live, outs, strict=True):
+            tangents_out[i] = out
+    return primals_out, tangents_out
+
+
+def _transpose(cotangents, *args, fuse, fuse_transposed):
+    live = [i for i, ct in enumerate(cotangents) if _is_live(ct) and ad.is_undefined_primal(args[i])]
+    out = [ad.Zero(a.aval) if ad.is_undefined_primal(a) else None for a in args]
+    if live:
+        cts = _hint_p.bind(*[cotangents[i] for i in live], fuse=fuse_transposed, fuse_transposed=fuse)
+        for i, ct in zip(live, cts, strict=True):
+            out[i] = ct
+    return out
+
+
+def _batch(args, dims, *, fuse, fuse_transposed):
+    # Elementwise identity per operand: every output keeps its operand's batch dimension.
+    return _hint_p.bind(*args, fuse=fuse, fuse_transposed=fuse_transposed), list(dims)
+
+
+ad.primitive_jvps[_hint_p] = _jvp
+ad.primitive_transposes[_hint_p] = _transpose
+batching.primitive_batchers[_hint_p] = _batch
+
+
+def _fused(*arrays):
+    """The CPU lowering of a fusing hint: one variadic reduce per group of arrays of one shape
+    and dtype (XLA's verifier rejects a reduce mixing precisions)."""
+    out = list(arrays)
+    groups: dict[tuple, list[int]] = {}
+    for i, a in enumerate(arrays):
+        groups.setdefault((a.shape, a.dtype), []).append(i)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        pads = [_neutral(arrays[i].dtype) for i in members]
+        rows = [jnp.stack([arrays[i], jnp.full_like(arrays[i], p)]) for i, p in zip(members, pads, strict=True)]
+        sums = lax.reduce(rows, pads, lambda a, b: tuple(x + y for x, y in zip(a, b, strict=True)), (0,))
+        for i, s in zip(members, sums, strict=True):
+            out[i] = s
+    return out
+
+
+def _neutral(dtype):
+    """The exact additive identity: −0.0 for floating types, −0.0 − 0.0i for complex ones
+    (+0.0 is not one: −0.0 + 0.0 = +0.0), 0 for integers."""
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        return np.array(complex(-0.0, -0.0), dtype)
+    return np.array(-0.0 if jnp.issubdtype(dtype, jnp.floating) else 0, dtype)
+
+
+def _lower_cpu(ctx, *args, fuse, fuse_transposed):
+    if not fuse:
+        return list(args)
+    return mlir.lower_fun(_fused, multiple_results=True)(ctx, *args)
+
+
+mlir.register_lowering(_hint_p, lambda ctx, *args, fuse, fuse_transposed: list(args))
+mlir.register_lowering(_hint_p, _lower_cpu, platform="cpu")
