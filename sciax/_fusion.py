@@ -9,11 +9,14 @@ forward ran at 1.1e9 trajectory-steps/s against the 2.2e9 of a hand-written C lo
 How. `fuse_values(tree)` is the identity on values. On CPU it is lowered as one variadic
 `reduce` over a new leading axis of size 2 whose rows are the arrays and −0.0 (0 for
 integers): XLA emits a variadic reduce with all its fused producers as *one* loop, so the
-step's outputs share their subexpressions. It is exact for every value, ±0, ±inf and NaN
-included, because x + (−0) = x in IEEE 754 round-to-nearest (LLVM folds the addition away).
-Arrays are grouped by shape and dtype (a variadic reduce needs one shape, and XLA one
-precision); a group of one is left alone, and so are booleans. On other platforms the hint is
-lowered to nothing: XLA:GPU fuses multiple outputs itself.
+step's outputs share their subexpressions. In IEEE 754 arithmetic x + (−0) = x for every x, and
+LLVM folds `fadd x, -0.0` to x, so no addition is left in the loop. That folding is what makes it
+exact on XLA:CPU, which flushes subnormals to zero in arithmetic: the tests check ±0, ±inf, NaN
+and subnormals bit for bit. Arrays are grouped by shape and dtype (a variadic reduce needs one
+shape, and XLA one precision); a group of one is left alone, and so are booleans and floating
+types narrower than 32 bits (XLA:CPU computes those in float32 and converts back: no single
+loop, and NaN payloads are canonicalised). On other platforms the hint is lowered to nothing:
+XLA:GPU fuses multiple outputs itself.
 
 Differentiation. The hint is a linear primitive (the identity). Its tangent is the same hint,
 so forward mode fuses the tangents of a step's outputs too, and its transpose fuses whatever
@@ -62,8 +65,11 @@ def _bind(tree, *, fuse, fuse_transposed):
 
 
 def _is_number_array(x) -> bool:
-    """A JAX array or tracer of numbers (NumPy constants and booleans are left alone)."""
-    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.number)
+    """A JAX array or tracer of integers, or of floating/complex numbers of 32 bits and more
+    (NumPy constants, booleans, bfloat16, float16 and float8 are left alone)."""
+    if not isinstance(x, jax.Array) or not jnp.issubdtype(x.dtype, jnp.number):
+        return False
+    return not jnp.issubdtype(x.dtype, jnp.floating) or jnp.finfo(x.dtype).bits >= 32
 
 
 def _is_live(t) -> bool:

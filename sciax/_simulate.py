@@ -261,17 +261,26 @@ class _Frames(eqx.Module):
     def scan(self, system, carry0, dt, t0, key, args, step_offset):
         """Outer scan over frames, inner scan over steps. Returns (final carry, frames 1..n)."""
 
+        rematerialised = isinstance(self.adjoint, CheckpointAdjoint) and self.adjoint.checkpoint_steps
+
         def one_step(carry, n):
             n = step_offset + n
             step_key = None if key is None else jr.fold_in(key, n)
             if not self.componentwise:
                 return self.integrator.step(system, self.time(t0, dt, n), carry, dt, step_key, args), None
             # One XLA:CPU loop per step for all components, going forward and backward (`_fusion`).
-            system_, carry = fuse_cotangents((system, carry))
+            # The system joins the state's hint only when the step is rematerialised: a hint
+            # mixing loop-invariant parameters with the state makes everything computed from the
+            # parameters per-step work (and a per-step residual) when the scan is partially
+            # evaluated, as in `DirectAdjoint`; a rematerialised step saves only its inputs.
+            if rematerialised:
+                system_, carry = fuse_cotangents((system, carry))
+            else:
+                system_, carry = system, fuse_cotangents(carry)
             carry = self.integrator.step(system_, self.time(t0, dt, n), carry, dt, step_key, args)
             return fuse_values(carry), None
 
-        if isinstance(self.adjoint, CheckpointAdjoint) and self.adjoint.checkpoint_steps:
+        if rematerialised:
             one_step = jax.checkpoint(one_step)
 
         def steps(carry, first, count):
