@@ -146,11 +146,16 @@ def _neutral(dtype):
     return np.array(-0.0 if jnp.issubdtype(dtype, jnp.floating) else 0, dtype)
 
 
+def _lower_identity(ctx, *args, fuse, fuse_transposed):
+    del ctx, fuse, fuse_transposed
+    return list(args)
+
+
 def _lower_cpu(ctx, *args, fuse, fuse_transposed):
     if not fuse:
-        return list(args)
+        return _lower_identity(ctx, *args, fuse=fuse, fuse_transposed=fuse_transposed)
     return mlir.lower_fun(_fused, multiple_results=True)(ctx, *args)
 
 
-mlir.register_lowering(_hint_p, lambda ctx, *args, fuse, fuse_transposed: list(args))
+mlir.register_lowering(_hint_p, _lower_identity)
 mlir.register_lowering(_hint_p, _lower_cpu, platform="cpu")
