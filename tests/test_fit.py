@@ -150,9 +150,11 @@ def test_covariance_comes_from_the_solvers_last_linearisation(monkeypatch):
     calls = []
     monkeypatch.setattr(_optimise, "physical_linearisation", lambda *a, **k: calls.append(a) or fresh(*a, **k))
     for second_scale, n_steps in ((0.0, 3), (1e-200, 3), (result.scale[1], 0)):
-        out = {"v": result.optimum, "scale": jnp.array([result.scale[0], second_scale]), "system": result.system,
-               "state0": result.state0, "segment_states": result.segment_states,
-               "result": optx.RESULTS.successful, "success": True, "n_steps": n_steps,
+        out = {"v": result.optimum, "scale": jnp.array([result.scale[0], second_scale]),
+               "params": (result.system.omega, result.system.zeta),
+               "state0": tuple(jax.tree_util.tree_leaves(result.state0)),
+               "segment_states": tuple(jax.tree_util.tree_leaves(result.segment_states)),
+               "result": tuple(jax.tree_util.tree_leaves(optx.RESULTS.successful)), "success": True, "n_steps": n_steps,
                "jac": jnp.full((r.size, 2), jnp.nan), "r": jnp.zeros_like(r)}
         fallback = _optimise.package(result.problem, None, out, "fwd", True)
         np.testing.assert_allclose(fallback.covariance, cov, rtol=1e-12)

@@ -112,6 +112,12 @@ def fit(
     outside its transform's domain, non-positive sigma); `FitError` when `throw=True` and
     the fit did not converge.
 
+    With JAX's persistent compilation cache on (`sciax.enable_compilation_cache()`), the solve
+    is also kept traced and lowered on disk, so the first fit in a new process skips tracing
+    and lowering too (one core, damped oscillator: 0.25–0.32 s, against 0.6 s with JAX's cache
+    alone and 1.6 s cold). A model whose jaxpr holds a user `custom_jvp`/`custom_vjp` rule or a
+    host callback is not kept this way.
+
     `fit` runs on the host (it checks concrete data, then calls one jitted solve); the solve
     is compiled once per problem structure and reused for new data of the same shapes (an
     `observe` function re-created for every call, such as a `lambda` in a loop, is compared by

@@ -7,9 +7,11 @@ import warnings
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import jax.tree_util as jtu
 import numpy as np
 import optimistix as optx
 
+from .._program_cache import ProgramCache
 from .._validation import describe
 from ._data import real_scalar
 from ._problem import forward_residual_function, residual_function
@@ -77,30 +79,41 @@ class _Jitted:
     """`fn` under `eqx.filter_jit`, twice: with XLA's default optimisation, and with
     `FAST_CPU_COMPILER_OPTIONS` for `compilation="fast"` where it runs on a CPU (elsewhere
     the default). An option the installed jaxlib does not know is dropped, with a warning,
-    and the others are kept."""
+    and the others are kept.
 
-    def __init__(self, fn):
+    With `probe` and `config` (see `ProgramCache`), the traced and lowered program is also kept
+    on disk next to JAX's persistent compilation cache when that is on, so that a fresh process
+    skips tracing and lowering; `fn`'s outputs must then be plain (arrays, None, tuples, dicts)."""
+
+    def __init__(self, fn, probe=None, config=()):
         self.fn = fn
         self.optimised = eqx.filter_jit(fn)
         self.options = dict(FAST_CPU_COMPILER_OPTIONS)
         self.fast = eqx.filter_jit(fn, compiler_options=self.options)
+        self.programs = None if probe is None else ProgramCache(fn, probe, config, fn.__name__)
         self.__doc__ = fn.__doc__
 
     def __call__(self, problem, *args, compilation="optimised"):
-        if compilation != "fast" or _platform(problem) != "cpu":
-            return self.optimised(problem, *args)
+        fast = compilation == "fast" and _platform(problem) == "cpu"
         while True:
             try:
-                return self.fast(problem, *args)
+                return self._call(fast, problem, *args)
             except jax.errors.JaxRuntimeError as err:
                 # Raised while compiling, before anything runs; any other error propagates.
                 unknown = _UNKNOWN_OPTION.search(str(err))
-                if unknown is None or unknown.group(1) not in self.options:
+                if not fast or unknown is None or unknown.group(1) not in self.options:
                     raise
                 del self.options[unknown.group(1)]
                 warnings.warn(f"fit(compilation='fast'): this jaxlib does not know the XLA option "
                               f"{unknown.group(1)!r}; compiling without it.", RuntimeWarning, stacklevel=3)
                 self.fast = eqx.filter_jit(self.fn, compiler_options=self.options)
+
+    def _call(self, fast, *args):
+        if self.programs is not None:
+            kept = self.programs.lookup(args, self.options if fast else None)
+            if kept is not None:
+                return kept(*jtu.tree_leaves(eqx.filter(args, eqx.is_array)))
+        return (self.fast if fast else self.optimised)(*args)
 
 
 def _platform(problem) -> str:
@@ -122,8 +135,7 @@ def _initial_residuals_finite(problem, segment_states):
     return jnp.all(jnp.isfinite(problem.residuals_unconstrained(initial_unconstrained(problem, segment_states))))
 
 
-@_Jitted
-def solve(problem, segment_states, solver, options, max_steps, mode):
+def _solve(problem, segment_states, solver, options, max_steps, mode):
     """Solve, and return the optimum with the residuals r and their Jacobian J = ∂r/∂v there.
 
     Optimistix's Gauss–Newton family (Levenberg–Marquardt, Gauss–Newton, Dogleg) keeps the
@@ -131,27 +143,53 @@ def solve(problem, segment_states, solver, options, max_steps, mode):
     the covariance needs no further rollout: J = J_u · diag(dv/du)⁻¹ (the transforms act
     elementwise). That saves compiling a second copy of the model, about a third of a fit's
     compile time. Other solvers (BFGS) return `jac=None`, and `fit` linearises separately.
+
+    The outputs are plain (arrays, tuples of arrays, None), so that the program can be kept on
+    disk (`ProgramCache`); `unpack` turns them into the system, states and solver result.
     """
     u0 = initial_unconstrained(problem, segment_states)
     fn = forward_residual_function if mode == "fwd" else residual_function
     sol = optx.least_squares(fn, solver, u0, args=problem, options=options,
                              max_steps=max_steps, throw=False)
-    u = sol.value
-    v = problem.to_physical(u).astype(problem.dtype)
-    scale = jax.jvp(problem.to_physical, (u,), (jnp.ones_like(u),))[1]
-    system, flat0, segments = problem.values(v)
-    layout = problem.layout
-    out = {
-        "v": v, "scale": scale.astype(problem.dtype), "system": system, "state0": layout.unflatten(flat0),
-        "segment_states": jax.vmap(layout.unflatten)(jnp.concatenate([flat0[None], segments])),
-        "result": sol.result, "success": sol.result == optx.RESULTS.successful,
-        "n_steps": sol.stats["num_steps"], "jac": None, "r": None,
-    }
+    out = _at_optimum(problem, sol.value)
+    out.update(result=tuple(jtu.tree_leaves(sol.result)), success=sol.result == optx.RESULTS.successful,
+               n_steps=sol.stats["num_steps"], jac=None, r=None)
     f_info = getattr(sol.state, "f_info", None)
     if isinstance(solver, optx.AbstractGaussNewton) and isinstance(f_info, optx.FunctionInfo.ResidualJac):
         out["r"] = f_info.residual.astype(problem.dtype)
-        out["jac"] = (f_info.jac.as_matrix() / scale).astype(problem.dtype)
+        out["jac"] = (f_info.jac.as_matrix() / out["scale"]).astype(problem.dtype)
     return out
+
+
+def _at_optimum(problem, u):
+    """The physical values at the unconstrained point u, as plain arrays."""
+    v = problem.to_physical(u).astype(problem.dtype)
+    scale = jax.jvp(problem.to_physical, (u,), (jnp.ones_like(u),))[1].astype(problem.dtype)
+    system, flat0, segments = problem.values(v)
+    system_leaves = jtu.tree_leaves(system)
+    states = jax.vmap(problem.layout.unflatten)(jnp.concatenate([flat0[None], segments]))
+    return {"v": v, "scale": scale, "params": tuple(system_leaves[i] for i in problem.leaf_index),
+            "state0": tuple(jtu.tree_leaves(problem.layout.unflatten(flat0))),
+            "segment_states": tuple(jtu.tree_leaves(states))}
+
+
+def _solve_probe(problem, segment_states, solver, options, max_steps, mode):
+    """What `_solve` runs besides Optimistix: the model (both residual functions call
+    `residuals_unconstrained`), the start point and the values at the optimum."""
+    u0 = initial_unconstrained(problem, segment_states)
+    return problem.residuals_unconstrained(u0), _at_optimum(problem, u0)
+
+
+solve = _Jitted(_solve, probe=_solve_probe, config=(2, 3, 4, 5))
+
+
+def unpack(problem, out):
+    """(system, state0, segment start states, solver result) from `solve`'s plain outputs (no
+    device work: only the pytree structures are put back)."""
+    treedef = problem.layout.treedef
+    return (problem.with_params(out["params"]), jtu.tree_unflatten(treedef, list(out["state0"])),
+            jtu.tree_unflatten(treedef, list(out["segment_states"])),
+            jtu.tree_unflatten(jtu.tree_structure(optx.RESULTS.successful), list(out["result"])))
 
 
 @_Jitted
@@ -219,6 +257,7 @@ def package(problem, segment_states, out, mode, scale_covariance, compilation="o
     """Turn `solve`'s arrays into a `FitResult`: covariance and standard errors (NumPy, on the
     host), the solver's message, and the checks that explain a failure. `compilation` is
     `fit`'s, for the linearisation or check that may need compiling here."""
+    system, state0, states_at_optimum, result = unpack(problem, out)
     v, scale = np.asarray(out["v"]), np.asarray(out["scale"])
     jac, r = out["jac"], out["r"]
     if jac is None or int(out["n_steps"]) == 0 or not np.all(np.abs(scale) >= _saturation_threshold(scale.dtype)):
@@ -250,7 +289,7 @@ def package(problem, segment_states, out, mode, scale_covariance, compilation="o
         state0_se = layout.unflatten(se0)
 
     converged = bool(out["success"])
-    message = optx.RESULTS[out["result"]]
+    message = optx.RESULTS[result]
     final_finite = bool(np.all(np.isfinite(r)))
     # The initial residuals are only looked at to explain a failure (a separate, small compile
     # on that path keeps them out of the solve every successful fit compiles).
@@ -268,8 +307,8 @@ def package(problem, segment_states, out, mode, scale_covariance, compilation="o
     return FitResult(
         params=params,
         standard_errors=errors,
-        system=out["system"],
-        state0=out["state0"],
+        system=system,
+        state0=state0,
         state0_standard_errors=state0_se,
         loss=loss,
         residuals=r[:n_data],
@@ -284,7 +323,7 @@ def package(problem, segment_states, out, mode, scale_covariance, compilation="o
         converged=converged,
         message=message,
         segment_times=problem.segment_times,
-        segment_states=out["segment_states"],
+        segment_states=states_at_optimum,
         problem=problem,
         optimum=out["v"],
         scale=out["scale"],

@@ -83,18 +83,21 @@ class Problem(eqx.Module):
 
     def values(self, v):
         """(system, state0, segment start states (n_segments-1, size)) from a physical vector."""
-        leaves, treedef = jtu.tree_flatten(self.system)
-        leaves = list(leaves)
-        for b, i, val in zip(self.blocks, self.leaf_index, self.param_values):
-            new = val if b.fixed else v[b.start:b.start + b.size].reshape(b.shape)
-            leaves[i] = new
-        system = jtu.tree_unflatten(treedef, leaves)
+        system = self.with_params([val if b.fixed else v[b.start:b.start + b.size].reshape(b.shape)
+                                   for b, val in zip(self.blocks, self.param_values)])
         flat0 = self.layout.flatten(self.state0).astype(v.dtype)
         if self.state_block is not None:
             sb = self.state_block
             flat0 = flat0.at[self.state_index].set(v[sb.start:sb.start + sb.size])
         segments = v[self.n_interest:].reshape(self.n_segments - 1, self.layout.size)
         return system, flat0, segments
+
+    def with_params(self, values):
+        """The system with its selected leaves (`leaf_index`, in order) replaced by `values`."""
+        leaves, treedef = jtu.tree_flatten(self.system)
+        for i, value in zip(self.leaf_index, values, strict=True):
+            leaves[i] = value
+        return jtu.tree_unflatten(treedef, leaves)
 
     # -- model ----------------------------------------------------------------------------------
 

@@ -1,0 +1,211 @@
+"""Traced programs kept on disk (`sciax._program_cache`): a fit in a fresh process with a warm
+cache skips tracing, computes the same numbers, and a key changes with everything the program
+computes; what cannot be keyed, read or written falls back to the ordinary path."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+import pytest
+
+from sciax import _program_cache
+from sciax._fit import _optimise
+from sciax._program_cache import ProgramCache
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# One damped-oscillator fit (noisy data, positive/bounded transforms) in a fresh process. With
+# `--no-tracing`, Optimistix's `least_squares` raises if it is called: the fit can then only
+# succeed through the program kept on disk. Prints the fitted values' bits and the entries.
+CHILD = textwrap.dedent("""
+    import json, sys
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import numpy as np
+    import optimistix
+    import sciax
+    from sciax import Bounded, Positive, Simulate
+    from sciax.integrators import RK4
+    from sciax.systems import DampedDrivenOscillator
+
+    if sys.argv[2] == "--no-tracing":
+        def refuse(*args, **kwargs):
+            raise AssertionError("traced Optimistix again")
+        optimistix.least_squares = refuse
+    if sys.argv[1] != "-":
+        sciax.enable_compilation_cache(sys.argv[1], min_compile_time_s=0)
+    times = np.linspace(0.0, 4.0, 41)[1:]
+    truth = sciax.simulate(DampedDrivenOscillator(omega=2.0, zeta=0.1), np.array([1.0, 0.0]), integrator=RK4(),
+                           dt=0.05, n_steps=80, save_every=2)
+    data = np.asarray(truth.states[1:, 0]) + 0.01 * np.random.default_rng(0).standard_normal(40)
+    result = sciax.fit(DampedDrivenOscillator(omega=1.5, zeta=0.3), np.array([1.0, 0.0]), times, data,
+                       params=("omega", "zeta"), observe=lambda y: y[0], rollout=Simulate(RK4(), dt=0.05),
+                       transforms={"omega": Positive(), "zeta": Bounded(0.0, 1.0)}, sigma=0.01)
+    bits = lambda x: np.asarray(x).tobytes().hex()
+    out = {"v": bits(result.optimum), "cov": bits(result.covariance), "r": bits(result.residuals),
+           "system": [bits(result.system.omega), bits(result.system.zeta)], "state0": bits(result.state0),
+           "n_steps": result.n_steps, "converged": result.converged}
+    import pathlib
+    kept = pathlib.Path(sys.argv[1]) / "sciax-programs"
+    out["entries"] = sorted(p.name for p in kept.glob("*")) if sys.argv[1] != "-" else []
+    print(json.dumps(out))
+""")
+
+
+def _child(cache: str, mode: str = "--trace") -> dict:
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    out = subprocess.run([sys.executable, "-c", CHILD, cache, mode], capture_output=True, text=True, cwd=ROOT,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_fresh_process_fits_from_the_kept_program_without_tracing(tmp_path):
+    reference = _child("-")  # no persistent cache: the ordinary jit
+    cold = _child(str(tmp_path / "cache"))
+    warm = _child(str(tmp_path / "cache"), "--no-tracing")
+    assert len(cold["entries"]) == 1 and cold["entries"][0].startswith("_solve-")
+    assert warm["entries"] == cold["entries"]  # the same key in a new process: found, not rewritten
+    for run in (cold, warm):
+        assert run["converged"]
+        for name in ("v", "cov", "r", "system", "state0", "n_steps"):
+            assert run[name] == reference[name], name  # bit for bit
+
+
+def _toy(scale):
+    """A cached function whose probe is the whole function (no library part)."""
+
+    def model(x, config):
+        return {"y": jnp.sin(x) * scale + config["shift"], "n": None}
+
+    return ProgramCache(model, model, config=(1,), name="toy")
+
+
+def test_the_key_follows_what_the_program_computes():
+    x = jnp.arange(3.0)
+    key = lambda cache, arg=x, shift=1.0: cache.key(arg, {"shift": shift})  # noqa: E731
+    base = key(_toy(2.0))
+    assert base is not None and len(base) == 64
+    assert key(_toy(2.0)) == base  # re-created: the same program
+    assert key(_toy(3.0)) != base  # a captured number (a literal in the jaxpr)
+    assert key(_toy(np.float64(2.0))) == base
+    assert key(_toy(2.0), shift=2.0) != base  # configuration, by value
+    assert key(_toy(0.0)) != key(_toy(-0.0))  # by its bits
+    assert key(_toy(2.0), arg=x.astype(jnp.float32)) != base  # argument dtypes
+    assert key(_toy(2.0), arg=jnp.arange(4.0)) != base  # and shapes
+    assert key(_toy(2.0), arg=jnp.arange(3.0) + 1) == base  # but not argument values
+    table = np.array([1.0, 2.0, 3.0])
+    closes_over = lambda t: ProgramCache(lambda a, c: a * jnp.asarray(t), lambda a, c: a * jnp.asarray(t),  # noqa: E731
+                                         config=(1,), name="toy")
+    assert closes_over(table).key(x, 0) == closes_over(table.copy()).key(x, 0)
+    assert closes_over(table).key(x, 0) != closes_over(table + 1e-16 * table).key(x, 0)  # constants by bytes
+    other = ProgramCache(lambda a, c: jnp.cos(a), lambda a, c: jnp.cos(a), config=(1,), name="toy")
+    assert other.key(x, {"shift": 1.0}) != base  # other code
+    # The fit's configuration: the solver and its tolerances.
+    solvers = [optx.LevenbergMarquardt(rtol=1e-8, atol=1e-8), optx.LevenbergMarquardt(rtol=1e-9, atol=1e-8),
+               optx.GaussNewton(rtol=1e-8, atol=1e-8)]
+    keys = [ProgramCache(lambda a, s: a, lambda a, s: a, config=(1,), name="toy").key(x, s) for s in solvers]
+    assert len(set(keys)) == 3
+
+
+@jax.custom_jvp
+def _user_rule(x):
+    return jnp.sin(x)
+
+
+_user_rule.defjvp(lambda primals, tangents: (_user_rule(primals[0]), jnp.cos(primals[0]) * tangents[0]))
+
+
+class _UserSolver(optx.LevenbergMarquardt):
+    pass
+
+
+def test_what_cannot_be_keyed_is_not_kept():
+    x = jnp.arange(3.0)
+    plain = lambda a, c: a  # noqa: E731
+    # A user's derivative rule, a host callback: nothing that can be written down says what they do.
+    assert ProgramCache(plain, lambda a, c: _user_rule(a), config=(1,), name="toy").key(x, 0) is None
+    callback = lambda a, c: jax.pure_callback(np.sin, jax.ShapeDtypeStruct(a.shape, a.dtype), a)  # noqa: E731
+    assert ProgramCache(plain, callback, config=(1,), name="toy").key(x, 0) is None
+    # A configuration holding user code (a solver subclass, a function) is not written by value.
+    assert ProgramCache(plain, plain, config=(1,), name="toy").key(x, _UserSolver(rtol=1e-8, atol=1e-8)) is None
+    assert ProgramCache(plain, plain, config=(1,), name="toy").key(x, lambda y: y) is None
+    assert ProgramCache(plain, plain, config=(1,), name="toy").key(x, np.sin) is not None  # library code
+
+
+@pytest.fixture
+def program_directory(tmp_path):
+    """JAX's persistent cache on in `tmp_path` (conftest turns it off again afterwards)."""
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    return tmp_path / "sciax-programs"
+
+
+def test_entries_are_written_whole_and_damaged_ones_rewritten(program_directory):
+    x = jnp.arange(3.0)
+    expected = jnp.sin(x) * 2.0 + 1.0
+    call = _toy(2.0).lookup((x, {"shift": 1.0}))
+    out = call(x)
+    assert out["n"] is None
+    np.testing.assert_array_equal(out["y"], expected)
+    [entry] = program_directory.iterdir()
+    assert entry.suffix == ".jaxexport" and entry.stat().st_size > 0
+    size = entry.stat().st_size
+    entry.write_bytes(entry.read_bytes()[: size // 2])  # cut short (a crash of another writer)
+    again = _toy(2.0).lookup((x, {"shift": 1.0}))  # a new process's memo
+    np.testing.assert_array_equal(again(x)["y"], expected)
+    assert [p.name for p in program_directory.iterdir()] == [entry.name]  # no temporary files left
+    assert entry.stat().st_size == size  # rewritten whole
+
+
+def test_an_unwritable_directory_or_unkeyable_program_runs_all_the_same(program_directory):
+    x = jnp.arange(3.0)
+    program_directory.write_text("not a directory")  # entries cannot be stored
+    np.testing.assert_array_equal(_toy(2.0).lookup((x, {"shift": 1.0}))(x)["y"], jnp.sin(x) * 2.0 + 1.0)
+    program_directory.unlink()
+    unkeyable = ProgramCache(lambda a, c: _user_rule(a), lambda a, c: _user_rule(a), config=(1,), name="toy")
+    assert unkeyable.lookup((x, 0)) is None  # the caller's own jit runs it
+    assert not program_directory.exists()
+
+
+def test_off_without_a_local_persistent_cache(monkeypatch):
+    monkeypatch.setitem(jax.config.values, "jax_compilation_cache_dir", None)
+    assert _program_cache.directory() is None
+    assert _toy(2.0).lookup((jnp.arange(3.0), {"shift": 1.0})) is None
+    monkeypatch.setitem(jax.config.values, "jax_compilation_cache_dir", "gs://bucket/cache")
+    assert _program_cache.directory() is None
+
+
+def test_kept_fit_program_takes_the_quick_compile_options(program_directory, monkeypatch):
+    """`compilation="fast"` reaches XLA through a kept program as through the ordinary jit, and
+    both compilations share one entry (the options are not part of the lowered program)."""
+    import equinox as eqx
+
+    import sciax
+    from sciax.integrators import RK4
+    from sciax.systems import DampedDrivenOscillator
+
+    programs = _optimise.solve.programs
+    lookup, seen = programs.lookup, []
+    monkeypatch.setattr(programs, "lookup", lambda args, options=None: seen.append((args, options))
+                        or lookup(args, options))
+    times = np.linspace(0.1, 2.0, 20)
+    data = np.cos(2.0 * times) * np.exp(-0.2 * times)
+    fits = [sciax.fit(DampedDrivenOscillator(omega=1.8, zeta=0.05), np.array([1.0, 0.0]), times, data,
+                      params=("omega", "zeta"), observe=lambda y: y[0], t0=0.0,
+                      rollout=sciax.Simulate(RK4(), dt=0.01), compilation=c) for c in ("optimised", "fast")]
+    assert [options for _, options in seen] == [None, _optimise.FAST_CPU_COMPILER_OPTIONS]
+    assert len(list(program_directory.iterdir())) == 1
+    args = seen[0][0]
+    leaves = jax.tree_util.tree_leaves(eqx.filter(args, eqx.is_array))
+    text = lambda options: lookup(args, options).lower(*leaves).compile().as_text()  # noqa: E731
+    assert text(_optimise.FAST_CPU_COMPILER_OPTIONS) != text(None)
+    assert all(f.converged for f in fits)
+    np.testing.assert_allclose(fits[1].optimum, fits[0].optimum, rtol=1e-9)
