@@ -25,28 +25,39 @@ computed without tracing the program; it is the SHA-256 of:
 - the jaxpr of a *probe*. The probe is the program's own code with the library part left out
   (for `fit`: everything except the Optimistix solve), traced for the actual arguments. It holds
   everything user code can change: the model, `observe` and the transforms.
-  - The key is the jaxpr's text, with its constants' bytes.
-  - A jaxpr that holds something which cannot be written down without a memory address makes the
-    program uncacheable, and it runs through its ordinary `jit` as before. Examples: a `custom_jvp`
-    or `custom_vjp` rule, a host callback, an object of a user class.
+  - The key is the jaxpr's text: constants as bytes, floats as bits, each equation's context
+    (set by context managers such as `jax.threefry_partitionable` inside the model), and library
+    functions with what they close over (`jax.grad(jnp.sin)` carries the name `sin`).
+  - A jaxpr that holds something which cannot be written down completely makes the program
+    uncacheable, and it runs through its ordinary `jit` as before. Examples: a `custom_jvp` or
+    `custom_vjp` rule (also a library's, such as `jax.nn.relu`'s, and Diffrax's adjoints), a host
+    callback, a primitive that no library module defines (its rules are not in any version), an
+    object of a user class.
 
 The probe costs one trace of the model (~0.05 s for the benchmark fit). A hit then costs
 deserialising, plus JAX's compilation-cache lookup when the compiled program is there too.
 
-Not checked (assumed): the libraries above are not edited in place without a change of version.
-Any failure to read, write or export an entry falls back to the ordinary path: the cache can make
-a call faster, never fail it.
+Not checked (assumed): the libraries above are not edited in place, or monkeypatched, without a
+change of version.
+
+Failures never fail the call; the ordinary path runs instead:
+- An entry carries a SHA-256 of its payload, and a damaged one is written again. Flatbuffers checks
+  almost nothing, and one flipped bit could otherwise crash the process that runs it.
+- A failure to read, write or export an entry leaves the ordinary path.
+- A kept program whose call fails (`ProgramCache.discard`) is dropped for the rest of the process,
+  and its entry is removed.
 """
 
 import collections
+import contextlib
 import dataclasses
 import enum
-import functools
 import hashlib
 import logging
 import os
 import struct
 import sys
+import threading
 import types
 import uuid
 from pathlib import Path
@@ -56,9 +67,9 @@ import jax
 import jax.tree_util as jtu
 import numpy as np
 
-from ._callable_key import _library_code
+from ._callable_key import _library_code, _library_name
 
-_FORMAT = b"sciax-program-cache-1"
+_FORMAT = b"sciax-program-cache-2"
 _SUBDIRECTORY = "sciax-programs"
 _SUFFIX = ".jaxexport"
 _MEMO_SIZE = 64  # programs kept per cached function in this process
@@ -113,9 +124,36 @@ def _environment_digest() -> bytes:
         if "0x" in text:  # a value without a stable text
             raise _Unkeyable(f"jax.config {name}")
         h.update(f"{name}={text};".encode())
-    device = jax.devices()[0]
+    device = _default_device()
     h.update(f"{device.platform}:{device.device_kind}:{jax.device_count()}".encode())
     return h.digest()
+
+
+def _default_device():
+    """Where `jit` runs a program whose arguments are not committed to a device."""
+    default = jax.config.values.get("jax_default_device")
+    if isinstance(default, str):  # a platform name
+        return jax.devices(default)[0]
+    return default if default is not None else jax.devices()[0]
+
+
+_primitives: dict = {}  # id -> primitive, for every primitive a library module holds as a global
+_scanned = 0  # len(sys.modules) at the last scan
+
+
+def _library_primitive(primitive) -> bool:
+    """Whether `primitive` is one a library defines (a global of one of its modules), so that its
+    rules (abstract evaluation, lowering, derivatives) are fixed by the versions in the key. A
+    user's primitive is not: its rules can change without anything else changing."""
+    global _scanned
+    if id(primitive) not in _primitives and len(sys.modules) != _scanned:
+        _scanned = len(sys.modules)
+        for name, module in list(sys.modules.items()):
+            if module is not None and _library_name(name):
+                for value in list(vars(module).values()):
+                    if isinstance(value, jax.extend.core.Primitive):
+                        _primitives[id(value)] = value
+    return _primitives.get(id(primitive)) is primitive
 
 
 def _array_text(x) -> str:
@@ -123,7 +161,9 @@ def _array_text(x) -> str:
     return f"array({x.dtype},{x.shape},{hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest()})"
 
 
-_CODE = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, functools.partial, np.ufunc)
+_NAMED_CODE = (type, types.BuiltinFunctionType, np.ufunc, types.ModuleType)  # library code its name identifies
+_RULES = ("jvp", "fwd", "bwd", "nondiff_argnums", "symbolic_zeros")  # of custom_jvp / custom_vjp
+_MAX_DEPTH = 16  # nested closures and modules written per value
 
 
 class _Writer:
@@ -132,6 +172,17 @@ class _Writer:
 
     def __init__(self):
         self.parts: list[str] = []
+        self.depth = 0
+
+    @contextlib.contextmanager
+    def deeper(self):
+        self.depth += 1
+        if self.depth > _MAX_DEPTH:  # a cycle (a closure that reaches itself), or too deep to key
+            raise _Unkeyable("nested too deeply")
+        try:
+            yield
+        finally:
+            self.depth -= 1
 
     def text(self) -> bytes:
         return "\n".join(self.parts).encode()
@@ -163,12 +214,24 @@ class _Writer:
             return f"{type(x).__name__}({','.join(sorted(self.value(v) for v in x))})"
         if isinstance(x, dict):
             return "dict(" + ",".join(sorted(f"{self.value(k)}={self.value(v)}" for k, v in x.items())) + ")"
-        if isinstance(x, _CODE) or hasattr(x, "__wrapped__"):  # a class or function (or a jitted one)
-            if not _library_code(x):
-                raise _Unkeyable(f"user code {x!r}")
+        if isinstance(x, types.FunctionType) and _library_code(x):
+            # Its name, and what it closes over: `jax.grad(jnp.sin)` is named `sin` too (wraps),
+            # and a checkpoint policy made by `save_from_both_policies(p, q)` is one closure.
+            with self.deeper():
+                cells = [self.value(cell.cell_contents) for cell in x.__closure__ or ()]
+                defaults = self.value((x.__defaults__, x.__kwdefaults__))
+            return f"code:{_qualified(x)}[{','.join(cells)}|{defaults}]"
+        if hasattr(x, "__wrapped__") and not isinstance(x, type) and _library_code(x):
+            # A jitted or custom-derivative library function: what it wraps, and its rules.
+            with self.deeper():
+                parts = [self.value(x.__wrapped__)] + [f"{n}={self.value(getattr(x, n))}" for n in _RULES
+                                                       if hasattr(x, n)]
+            return f"{_qualified(type(x))}<{','.join(parts)}>"
+        if isinstance(x, _NAMED_CODE) and _library_code(x):
             return f"code:{_qualified(x)}"
         if isinstance(x, eqx.Module) and _library_code(type(x)):
-            fields = ",".join(f"{f.name}={self.value(getattr(x, f.name, None))}" for f in dataclasses.fields(x))
+            with self.deeper():
+                fields = ",".join(f"{f.name}={self.value(getattr(x, f.name, None))}" for f in dataclasses.fields(x))
             return f"{_qualified(type(x))}({fields})"
         if type(x).__module__.split(".")[0] == "jax":
             return self.jax_object(x)
@@ -211,12 +274,24 @@ class _Writer:
         lines = ["{", "consts " + ",".join(var(v) for v in jaxpr.constvars) + " = "
                  + ",".join(self.value(c) for c in consts), "in " + ",".join(var(v) for v in jaxpr.invars)]
         for eqn in jaxpr.eqns:
+            if not _library_primitive(eqn.primitive):
+                raise _Unkeyable(f"primitive {eqn.primitive.name} not defined by a library")
             params = ",".join(f"{k}={self.value(v)}" for k, v in sorted(eqn.params.items()))
             lines.append(f"{','.join(var(v) for v in eqn.outvars)} = {eqn.primitive.name}[{params}]"
-                         f"({','.join(var(v) for v in eqn.invars)})")
+                         f"({','.join(var(v) for v in eqn.invars)}) {self.context(eqn.ctx)}")
         lines += ["out " + ",".join(var(v) for v in jaxpr.outvars), "}"]
         self.parts.append("\n".join(lines))
         return f"jaxpr#{len(self.parts) - 1}"
+
+    def context(self, ctx) -> str:
+        """An equation's context (compute type, PRNG partitionability, XLA metadata, mesh), which
+        its lowering reads: set by context managers inside the model, not by `jax.config`."""
+        if ctx is None:
+            return "ctx()"
+        slots = [n for n in getattr(type(ctx), "__slots__", ()) if not n.startswith("__")]
+        if not slots or hasattr(ctx, "__dict__"):  # a layout this code does not know
+            raise _Unkeyable("equation context")
+        return "ctx(" + ",".join(f"{n}={self.value(getattr(ctx, n, None))}" for n in slots) + ")"
 
     def aval(self, aval) -> str:
         text = repr(aval)
@@ -226,31 +301,42 @@ class _Writer:
 
 
 def _qualified(x) -> str:
+    if isinstance(x, types.ModuleType):
+        return x.__name__
     return f"{getattr(x, '__module__', '?')}.{getattr(x, '__qualname__', type(x).__qualname__)}"
 
 
 def _aval(leaf):
     aval = jax.typeof(leaf)
-    return (tuple(aval.shape), np.dtype(aval.dtype), bool(getattr(aval, "weak_type", False)))
+    return (tuple(aval.shape), str(aval.dtype), bool(getattr(aval, "weak_type", False)))
 
 
 # ---------------------------------------------------------------------------------------------
-# Entries
+# Entries: a header, the SHA-256 of the payload, the payload (`Exported.serialize()`)
 # ---------------------------------------------------------------------------------------------
+
+_HEADER = b"sciax-program\n"
 
 
 def _load(path: Path):
+    """The exported program in `path`, or None when there is none or it is damaged (its checksum
+    does not match: flatbuffers itself checks almost nothing, and a flipped bit can crash the
+    process that runs it)."""
     try:
         data = path.read_bytes()
     except OSError:
         return None
+    n = len(_HEADER)
+    payload = data[n + 32:]
+    if data[:n] != _HEADER or hashlib.sha256(payload).digest() != data[n:n + 32]:
+        return None
     try:
-        return jax.export.deserialize(bytearray(data))
-    except Exception:  # an entry cut short, or from another format: rewritten below
+        return jax.export.deserialize(bytearray(payload))
+    except Exception:  # written by another version of this format: rewritten below
         return None
 
 
-def _store(path: Path, data: bytes) -> None:
+def _store(path: Path, payload: bytes) -> None:
     """Write atomically (a temporary file renamed over the entry), so that a reader never sees
     half an entry; a failure leaves nothing behind."""
     try:
@@ -258,13 +344,23 @@ def _store(path: Path, data: bytes) -> None:
         tmp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
         try:
             with open(tmp, "xb") as f:  # the process's usual permissions, unlike mkstemp's 0600
-                f.write(data)
+                f.write(_HEADER + hashlib.sha256(payload).digest() + payload)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
     except OSError:
         pass  # a read-only or full disk: the program still runs, it is just not kept
+
+
+class Kept:
+    """A kept program: called with the arguments' array leaves, returns `fn`'s outputs."""
+
+    def __init__(self, call, path: Path):
+        self.call, self.path = call, path
+
+    def __call__(self, *leaves):
+        return self.call(*leaves)
 
 
 class ProgramCache:
@@ -280,32 +376,51 @@ class ProgramCache:
     def __init__(self, fn, probe, config: tuple[int, ...], name: str):
         self.fn, self.probe, self.config, self.name = fn, probe, frozenset(config), name
         self._memo: collections.OrderedDict = collections.OrderedDict()
+        self._lock = threading.Lock()
 
-    def lookup(self, args: tuple, compiler_options: dict | None = None):
-        """A function of `args`' array leaves that returns `fn(*args)`, compiled with
-        `compiler_options`; or None when the disk cache is off or this program cannot be kept
-        (the caller then runs its own `jit`)."""
+    def lookup(self, args: tuple, compiler_options: dict | None = None) -> Kept | None:
+        """The kept program for `fn(*args)`, compiled with `compiler_options`; or None when the
+        disk cache is off or this program cannot be kept (the caller then runs its own `jit`).
+        Never raises: whatever goes wrong here leaves the ordinary path."""
         root = directory()
         if root is None:
             return None
-        leaves, rebuild, static = _split(args)
-        if any(isinstance(x, jax.Array) and x.committed for x in leaves):
-            return None  # placed on a device explicitly: jit's placement rules, not the default device
-        from ._jit import _Static  # the same hashable split as the jitted functions'
+        try:
+            leaves, rebuild, static = _split(args)
+            if any(isinstance(x, jax.Array) and x.committed for x in leaves):
+                return None  # placed on a device explicitly: jit's placement rules, not the default device
+            from ._jit import _Static  # the same hashable split as the jitted functions'
 
-        options = tuple(sorted((compiler_options or {}).items()))
-        config = tuple(sorted((k, repr(v)) for k, v in jax.config.values.items()))  # as jit's trace context
-        memo_key = (options, config, _Static(static), tuple(_aval(x) for x in leaves))
-        if memo_key in self._memo:
-            self._memo.move_to_end(memo_key)
-            return self._memo[memo_key]
-        call = self._build(root, leaves, rebuild, compiler_options)
-        self._memo[memo_key] = call
-        if len(self._memo) > _MEMO_SIZE:
-            self._memo.popitem(last=False)
-        return call
+            options = tuple(sorted((compiler_options or {}).items()))
+            config = tuple(sorted((k, repr(v)) for k, v in jax.config.values.items()))  # as jit's trace context
+            memo_key = (options, config, _Static(static), tuple(_aval(x) for x in leaves))
+            hash(memo_key)
+        except Exception as why:  # an unhashable static argument, an extended dtype, ...
+            _log.debug("%s: not kept on disk: %s: %s", self.name, type(why).__name__, why)
+            return None
+        with self._lock:
+            if memo_key in self._memo:
+                self._memo.move_to_end(memo_key)
+                return self._memo[memo_key]
+        kept = self._build(root, leaves, rebuild, compiler_options)
+        with self._lock:
+            self._memo[memo_key] = kept
+            if len(self._memo) > _MEMO_SIZE:
+                self._memo.popitem(last=False)
+        return kept
 
-    def _build(self, root, leaves, rebuild, compiler_options):
+    def discard(self, kept: Kept, why: BaseException) -> None:
+        """Stop using `kept` (its first call failed): later calls in this process take the
+        ordinary path, and its entry is removed so that the next process writes it again."""
+        _log.warning("%s: the program kept in %s failed (%s: %s); running without it.", self.name, kept.path,
+                     type(why).__name__, str(why)[:200])
+        with self._lock:
+            for k, v in self._memo.items():
+                if v is kept:
+                    self._memo[k] = None
+        kept.path.unlink(missing_ok=True)
+
+    def _build(self, root, leaves, rebuild, compiler_options) -> Kept | None:
         try:
             key = self._key(leaves, rebuild)
         except _Unkeyable as why:
@@ -317,15 +432,16 @@ class ProgramCache:
             try:
                 exported = jax.export.export(
                     jax.jit(lambda *flat: self.fn(*rebuild(flat))),
+                    platforms=(_default_device().platform,),  # where the ordinary jit would run it
                     # Reloaded only by the same jax/jaxlib (the key): any custom call is fine.
                     disabled_checks=[jax.export.DisabledSafetyCheck.custom_call("ALL")],
                 )(*leaves)
-                data = exported.serialize()
+                payload = bytes(exported.serialize())
             except Exception as why:  # effects, outputs it cannot write down, no `flatbuffers`: not kept
                 _log.debug("%s: not kept on disk, export failed: %s: %s", self.name, type(why).__name__, why)
                 return None
-            _store(path, bytes(data))
-        return jax.jit(exported.call, compiler_options=compiler_options or None)
+            _store(path, payload)
+        return Kept(jax.jit(exported.call, compiler_options=compiler_options or None), path)
 
     def key(self, *args) -> str | None:
         """The key of `fn(*args)`'s entry (a hex SHA-256), or None when it cannot be kept."""
@@ -336,20 +452,22 @@ class ProgramCache:
             return None
 
     def _key(self, leaves, rebuild) -> str:
-        args = rebuild(leaves)
-        writer = _Writer()
-        config = [writer.value(a) if i in self.config else "-" for i, a in enumerate(args)]
         try:
+            args = rebuild(leaves)
+            writer = _Writer()
+            config = [writer.value(a) if i in self.config else "-" for i, a in enumerate(args)]
             closed = jax.make_jaxpr(lambda *flat: self.probe(*rebuild(flat)))(*leaves)
-        except Exception as err:  # the model does not trace: the ordinary path reports it
-            raise _Unkeyable("the probe failed to trace") from err
-        writer.jaxpr(closed)
-        h = hashlib.sha256(_environment_digest())
-        h.update(self.name.encode())
-        h.update(repr([_aval(x) for x in leaves]).encode())
-        h.update(repr(config).encode())
-        h.update(writer.text())
-        return h.hexdigest()
+            writer.jaxpr(closed)
+            h = hashlib.sha256(_environment_digest())
+            h.update(self.name.encode())
+            h.update(repr([_aval(x) for x in leaves]).encode())
+            h.update(repr(config).encode())
+            h.update(writer.text())
+            return h.hexdigest()
+        except _Unkeyable:
+            raise
+        except Exception as err:  # a model that does not trace (the ordinary path reports it), a typed key, ...
+            raise _Unkeyable(f"{type(err).__name__}: {err}") from err
 
 
 def _split(args):

@@ -128,6 +128,41 @@ class _UserSolver(optx.LevenbergMarquardt):
     pass
 
 
+def _user_primitive(factor):
+    """A primitive of the user's own: its rules (here its lowering) can change while its name
+    and the jaxpr that holds it stay the same."""
+    from jax.extend.core import Primitive
+    from jax.interpreters import mlir
+
+    p = Primitive("user_scale")
+    p.def_impl(lambda x: x * factor)
+    p.def_abstract_eval(lambda x: x)
+    mlir.register_lowering(p, mlir.lower_fun(lambda x: x * factor, multiple_results=False))
+    return p
+
+
+def test_the_key_follows_closures_and_equation_contexts():
+    x = jnp.arange(3.0)
+    keep = lambda c: ProgramCache(lambda a, c: a, lambda a, c: a, config=(1,), name="toy").key(x, c)  # noqa: E731
+    # A library function that wraps another carries its name (`functools.wraps`): what it closes
+    # over is written too.
+    keys = [keep(f) for f in (jnp.sin, jax.grad(jnp.sin), jax.grad(jnp.cos))]
+    assert None not in keys and len(set(keys)) == 3
+    policies = jax.checkpoint_policies
+    both = [policies.save_from_both_policies(p, policies.nothing_saveable)
+            for p in (policies.everything_saveable, policies.nothing_saveable)]
+    assert len({keep(p) for p in both}) == 2
+
+    # A context manager inside the model changes how an equation lowers, not `jax.config`.
+    def draws(partitionable):
+        def probe(a, c):
+            with jax.threefry_partitionable(partitionable):
+                return a + jax.random.uniform(jax.random.PRNGKey(0), a.shape, a.dtype)
+        return ProgramCache(probe, probe, config=(1,), name="toy").key(x, 0)
+
+    assert draws(True) != draws(False) and None not in (draws(True), draws(False))
+
+
 def test_what_cannot_be_keyed_is_not_kept():
     x = jnp.arange(3.0)
     plain = lambda a, c: a  # noqa: E731
@@ -135,6 +170,9 @@ def test_what_cannot_be_keyed_is_not_kept():
     assert ProgramCache(plain, lambda a, c: _user_rule(a), config=(1,), name="toy").key(x, 0) is None
     callback = lambda a, c: jax.pure_callback(np.sin, jax.ShapeDtypeStruct(a.shape, a.dtype), a)  # noqa: E731
     assert ProgramCache(plain, callback, config=(1,), name="toy").key(x, 0) is None
+    # A primitive of the user's own (its rules are not in any library version).
+    user = _user_primitive(2.0)
+    assert ProgramCache(plain, lambda a, c: user.bind(a), config=(1,), name="toy").key(x, 0) is None
     # A configuration holding user code (a solver subclass, a function) is not written by value.
     assert ProgramCache(plain, plain, config=(1,), name="toy").key(x, _UserSolver(rtol=1e-8, atol=1e-8)) is None
     assert ProgramCache(plain, plain, config=(1,), name="toy").key(x, lambda y: y) is None
@@ -163,6 +201,59 @@ def test_entries_are_written_whole_and_damaged_ones_rewritten(program_directory)
     np.testing.assert_array_equal(again(x)["y"], expected)
     assert [p.name for p in program_directory.iterdir()] == [entry.name]  # no temporary files left
     assert entry.stat().st_size == size  # rewritten whole
+
+
+def test_a_damaged_entry_is_not_run(program_directory):
+    """One flipped bit: flatbuffers would load it and the program could crash the process; the
+    checksum refuses it and the entry is written again."""
+    x = jnp.arange(3.0)
+    _toy(2.0).lookup((x, {"shift": 1.0}))
+    [entry] = program_directory.iterdir()
+    good = entry.read_bytes()
+    for position in (len(good) // 3, len(good) - 1):
+        damaged = bytearray(good)
+        damaged[position] ^= 0x10
+        entry.write_bytes(bytes(damaged))
+        assert _program_cache._load(entry) is None
+        kept = _toy(2.0).lookup((x, {"shift": 1.0}))
+        np.testing.assert_array_equal(kept(x)["y"], jnp.sin(x) * 2.0 + 1.0)
+        assert _program_cache._load(entry) is not None  # written again, whole
+
+
+def test_a_kept_program_that_fails_leaves_the_ordinary_path(program_directory, monkeypatch, caplog):
+    from sciax._program_cache import Kept
+
+    import sciax
+    from sciax.integrators import RK4
+    from sciax.systems import DampedDrivenOscillator
+
+    times = np.linspace(0.1, 2.0, 20)
+    data = np.cos(2.0 * times) * np.exp(-0.2 * times)
+    run = lambda: sciax.fit(DampedDrivenOscillator(omega=1.8, zeta=0.05), np.array([1.0, 0.0]), times, data,  # noqa: E731
+                            params=("omega", "zeta"), observe=lambda y: y[0], t0=0.0,
+                            rollout=sciax.Simulate(RK4(), dt=0.01))
+    expected = run().optimum
+    [entry] = program_directory.iterdir()
+
+    def broken(self, *leaves):
+        raise RuntimeError("Failed to deserialize StableHLO")
+
+    monkeypatch.setattr(Kept, "__call__", broken)
+    monkeypatch.setattr(_optimise.solve.programs, "_memo", type(_optimise.solve.programs._memo)())  # a new process
+    result = run()
+    np.testing.assert_array_equal(result.optimum, expected)
+    assert not entry.exists() and "running without it" in caplog.text
+    run()  # and the rest of the process runs the ordinary jit (the memo says so)
+    assert not entry.exists()
+
+
+def test_arguments_it_cannot_describe_are_not_kept(program_directory):
+    typed_key = jax.random.key(0)  # an extended dtype
+    cache = ProgramCache(lambda k, c: jax.random.uniform(k), lambda k, c: jax.random.uniform(k), config=(1,),
+                         name="toy")
+    kept = cache.lookup((typed_key, 0))
+    if kept is not None:  # exported after all: it must then compute what jit computes
+        np.testing.assert_array_equal(kept(typed_key), jax.random.uniform(typed_key))
 
 
 def test_an_unwritable_directory_or_unkeyable_program_runs_all_the_same(program_directory):
@@ -205,7 +296,7 @@ def test_kept_fit_program_takes_the_quick_compile_options(program_directory, mon
     assert len(list(program_directory.iterdir())) == 1
     args = seen[0][0]
     leaves = jax.tree_util.tree_leaves(eqx.filter(args, eqx.is_array))
-    text = lambda options: lookup(args, options).lower(*leaves).compile().as_text()  # noqa: E731
+    text = lambda options: lookup(args, options).call.lower(*leaves).compile().as_text()  # noqa: E731
     assert text(_optimise.FAST_CPU_COMPILER_OPTIONS) != text(None)
     assert all(f.converged for f in fits)
     np.testing.assert_allclose(fits[1].optimum, fits[0].optimum, rtol=1e-9)

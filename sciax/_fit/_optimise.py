@@ -112,7 +112,10 @@ class _Jitted:
         if self.programs is not None:
             kept = self.programs.lookup(args, self.options if fast else None)
             if kept is not None:
-                return kept(*jtu.tree_leaves(eqx.filter(args, eqx.is_array)))
+                try:
+                    return kept(*jtu.tree_leaves(eqx.filter(args, eqx.is_array)))
+                except Exception as why:  # a kept program must never fail a fit the ordinary path runs
+                    self.programs.discard(kept, why)
         return (self.fast if fast else self.optimised)(*args)
 
 
