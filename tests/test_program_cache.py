@@ -221,9 +221,8 @@ def test_a_damaged_entry_is_not_run(program_directory):
 
 
 def test_a_kept_program_that_fails_leaves_the_ordinary_path(program_directory, monkeypatch, caplog):
-    from sciax._program_cache import Kept
-
     import sciax
+    from sciax._program_cache import Kept
     from sciax.integrators import RK4
     from sciax.systems import DampedDrivenOscillator
 
