@@ -72,6 +72,9 @@ from ._callable_key import _library_code, _library_name
 _FORMAT = b"sciax-program-cache-2"
 _SUBDIRECTORY = "sciax-programs"
 _SUFFIX = ".jaxexport"
+# `jax.config` values that change neither tracing nor lowering: where the caches are, logging.
+_NOT_IN_KEY = ("jax_compilation_cache", "jax_persistent_cache", "jax_raise_persistent_cache_errors", "jax_log",
+               "jax_explain_cache_misses", "jax_debug_log_modules")
 _MEMO_SIZE = 64  # programs kept per cached function in this process
 _log = logging.getLogger("sciax.program_cache")
 
@@ -120,6 +123,8 @@ def _environment_digest() -> bytes:
         _environment = h.digest()
     h = hashlib.sha256(_environment)
     for name, value in sorted(jax.config.values.items()):
+        if name.startswith(_NOT_IN_KEY):
+            continue
         text = repr(value)
         if "0x" in text:  # a value without a stable text
             raise _Unkeyable(f"jax.config {name}")
@@ -127,6 +132,16 @@ def _environment_digest() -> bytes:
     device = _default_device()
     h.update(f"{device.platform}:{device.device_kind}:{jax.device_count()}".encode())
     return h.digest()
+
+
+def _export_platform() -> str:
+    """The default device's platform as `jax.export` names it ('cuda' or 'rocm', not 'gpu')."""
+    platform = _default_device().platform
+    if platform == jax.default_backend():
+        return jax.export.default_export_platform()
+    if platform == "gpu":  # a GPU that is not the default backend: which kind is not known here
+        raise _Unkeyable("a non-default GPU platform")
+    return platform
 
 
 def _default_device():
@@ -139,6 +154,7 @@ def _default_device():
 
 _primitives: dict = {}  # id -> primitive, for every primitive a library module holds as a global
 _scanned = 0  # len(sys.modules) at the last scan
+_scan_lock = threading.Lock()
 
 
 def _library_primitive(primitive) -> bool:
@@ -146,14 +162,16 @@ def _library_primitive(primitive) -> bool:
     rules (abstract evaluation, lowering, derivatives) are fixed by the versions in the key. A
     user's primitive is not: its rules can change without anything else changing."""
     global _scanned
-    if id(primitive) not in _primitives and len(sys.modules) != _scanned:
-        _scanned = len(sys.modules)
-        for name, module in list(sys.modules.items()):
-            if module is not None and _library_name(name):
-                for value in list(vars(module).values()):
-                    if isinstance(value, jax.extend.core.Primitive):
-                        _primitives[id(value)] = value
-    return _primitives.get(id(primitive)) is primitive
+    with _scan_lock:
+        if id(primitive) not in _primitives and len(sys.modules) != _scanned:
+            modules = list(sys.modules.items())
+            for name, module in modules:
+                if module is not None and _library_name(name):
+                    for value in list(vars(module).values()):
+                        if isinstance(value, jax.extend.core.Primitive):
+                            _primitives[id(value)] = value
+            _scanned = len(modules)
+        return _primitives.get(id(primitive)) is primitive
 
 
 def _array_text(x) -> str:
@@ -162,7 +180,7 @@ def _array_text(x) -> str:
 
 
 _NAMED_CODE = (type, types.BuiltinFunctionType, np.ufunc, types.ModuleType)  # library code its name identifies
-_RULES = ("jvp", "fwd", "bwd", "nondiff_argnums", "symbolic_zeros")  # of custom_jvp / custom_vjp
+_RULES = ("jvp", "fwd", "bwd", "nondiff_argnums", "symbolic_zeros", "optimize_remat")  # of custom_jvp / custom_vjp
 _MAX_DEPTH = 16  # nested closures and modules written per value
 
 
@@ -206,13 +224,13 @@ class _Writer:
             return _array_text(x)
         if isinstance(x, (jax.extend.core.Jaxpr, jax.extend.core.ClosedJaxpr)):
             return self.jaxpr(x)
-        if isinstance(x, enum.Enum):
+        if isinstance(x, enum.Enum) and _library_code(type(x)):
             return f"{_qualified(type(x))}.{x.name}"
-        if isinstance(x, tuple | list):
+        if type(x) in (tuple, list) or isinstance(x, tuple) and _library_code(type(x)):  # NamedTuples too
             return f"{_qualified(type(x))}({','.join(self.value(v) for v in x)})"
-        if isinstance(x, frozenset | set):
+        if type(x) in (frozenset, set):
             return f"{type(x).__name__}({','.join(sorted(self.value(v) for v in x))})"
-        if isinstance(x, dict):
+        if type(x) is dict:
             return "dict(" + ",".join(sorted(f"{self.value(k)}={self.value(v)}" for k, v in x.items())) + ")"
         if isinstance(x, types.FunctionType) and _library_code(x):
             # Its name, and what it closes over: `jax.grad(jnp.sin)` is named `sin` too (wraps),
@@ -354,13 +372,17 @@ def _store(path: Path, payload: bytes) -> None:
 
 
 class Kept:
-    """A kept program: called with the arguments' array leaves, returns `fn`'s outputs."""
+    """A kept program: `compile(leaves)` returns the compiled program, to be called with the
+    arguments' array leaves; it raises if the entry cannot be deserialised, lowered or compiled
+    (then `ProgramCache.discard` it). Failures while running are the program's own."""
 
     def __init__(self, call, path: Path):
-        self.call, self.path = call, path
+        self.call, self.path, self._compiled = call, path, None
 
-    def __call__(self, *leaves):
-        return self.call(*leaves)
+    def compile(self, leaves):
+        if self._compiled is None:
+            self._compiled = self.call.lower(*leaves).compile()
+        return self._compiled
 
 
 class ProgramCache:
@@ -392,8 +414,7 @@ class ProgramCache:
             from ._jit import _Static  # the same hashable split as the jitted functions'
 
             options = tuple(sorted((compiler_options or {}).items()))
-            config = tuple(sorted((k, repr(v)) for k, v in jax.config.values.items()))  # as jit's trace context
-            memo_key = (options, config, _Static(static), tuple(_aval(x) for x in leaves))
+            memo_key = (root, options, _trace_context(), _Static(static), tuple(_aval(x) for x in leaves))
             hash(memo_key)
         except Exception as why:  # an unhashable static argument, an extended dtype, ...
             _log.debug("%s: not kept on disk: %s: %s", self.name, type(why).__name__, why)
@@ -410,7 +431,7 @@ class ProgramCache:
         return kept
 
     def discard(self, kept: Kept, why: BaseException) -> None:
-        """Stop using `kept` (its first call failed): later calls in this process take the
+        """Stop using `kept` (it failed to compile): later calls in this process take the
         ordinary path, and its entry is removed so that the next process writes it again."""
         _log.warning("%s: the program kept in %s failed (%s: %s); running without it.", self.name, kept.path,
                      type(why).__name__, str(why)[:200])
@@ -418,11 +439,15 @@ class ProgramCache:
             for k, v in self._memo.items():
                 if v is kept:
                     self._memo[k] = None
-        kept.path.unlink(missing_ok=True)
+        try:
+            kept.path.unlink(missing_ok=True)
+        except OSError:  # a read-only cache: it stays, and is dropped by each process that fails on it
+            pass
 
     def _build(self, root, leaves, rebuild, compiler_options) -> Kept | None:
         try:
             key = self._key(leaves, rebuild)
+            platform = _export_platform()
         except _Unkeyable as why:
             _log.debug("%s: not kept on disk, its key cannot be written down: %s", self.name, why)
             return None
@@ -432,7 +457,7 @@ class ProgramCache:
             try:
                 exported = jax.export.export(
                     jax.jit(lambda *flat: self.fn(*rebuild(flat))),
-                    platforms=(_default_device().platform,),  # where the ordinary jit would run it
+                    platforms=(platform,),  # where the ordinary jit would run it
                     # Reloaded only by the same jax/jaxlib (the key): any custom call is fine.
                     disabled_checks=[jax.export.DisabledSafetyCheck.custom_call("ALL")],
                 )(*leaves)
@@ -468,6 +493,16 @@ class ProgramCache:
             raise
         except Exception as err:  # a model that does not trace (the ordinary path reports it), a typed key, ...
             raise _Unkeyable(f"{type(err).__name__}: {err}") from err
+
+
+def _trace_context():
+    """What jit's own cache keys on besides the arguments: the configuration and the contexts
+    (`set_xla_metadata`, `compute_on`, meshes) that change how a program is traced."""
+    try:
+        from jax._src.config import trace_context
+    except ImportError:  # not in this jax: the configuration alone
+        return tuple(sorted((k, repr(v)) for k, v in jax.config.values.items()))
+    return trace_context()
 
 
 def _split(args):

@@ -189,8 +189,7 @@ def program_directory(tmp_path):
 def test_entries_are_written_whole_and_damaged_ones_rewritten(program_directory):
     x = jnp.arange(3.0)
     expected = jnp.sin(x) * 2.0 + 1.0
-    call = _toy(2.0).lookup((x, {"shift": 1.0}))
-    out = call(x)
+    out = _toy(2.0).lookup((x, {"shift": 1.0})).compile([x])(x)
     assert out["n"] is None
     np.testing.assert_array_equal(out["y"], expected)
     [entry] = program_directory.iterdir()
@@ -198,7 +197,7 @@ def test_entries_are_written_whole_and_damaged_ones_rewritten(program_directory)
     size = entry.stat().st_size
     entry.write_bytes(entry.read_bytes()[: size // 2])  # cut short (a crash of another writer)
     again = _toy(2.0).lookup((x, {"shift": 1.0}))  # a new process's memo
-    np.testing.assert_array_equal(again(x)["y"], expected)
+    np.testing.assert_array_equal(again.compile([x])(x)["y"], expected)
     assert [p.name for p in program_directory.iterdir()] == [entry.name]  # no temporary files left
     assert entry.stat().st_size == size  # rewritten whole
 
@@ -216,28 +215,21 @@ def test_a_damaged_entry_is_not_run(program_directory):
         entry.write_bytes(bytes(damaged))
         assert _program_cache._load(entry) is None
         kept = _toy(2.0).lookup((x, {"shift": 1.0}))
-        np.testing.assert_array_equal(kept(x)["y"], jnp.sin(x) * 2.0 + 1.0)
+        np.testing.assert_array_equal(kept.compile([x])(x)["y"], jnp.sin(x) * 2.0 + 1.0)
         assert _program_cache._load(entry) is not None  # written again, whole
 
 
 def test_a_kept_program_that_fails_leaves_the_ordinary_path(program_directory, monkeypatch, caplog):
-    import sciax
     from sciax._program_cache import Kept
-    from sciax.integrators import RK4
-    from sciax.systems import DampedDrivenOscillator
 
-    times = np.linspace(0.1, 2.0, 20)
-    data = np.cos(2.0 * times) * np.exp(-0.2 * times)
-    run = lambda: sciax.fit(DampedDrivenOscillator(omega=1.8, zeta=0.05), np.array([1.0, 0.0]), times, data,  # noqa: E731
-                            params=("omega", "zeta"), observe=lambda y: y[0], t0=0.0,
-                            rollout=sciax.Simulate(RK4(), dt=0.01))
+    run = _small_fit
     expected = run().optimum
     [entry] = program_directory.iterdir()
 
-    def broken(self, *leaves):
+    def broken(self, leaves):
         raise RuntimeError("Failed to deserialize StableHLO")
 
-    monkeypatch.setattr(Kept, "__call__", broken)
+    monkeypatch.setattr(Kept, "compile", broken)
     monkeypatch.setattr(_optimise.solve.programs, "_memo", type(_optimise.solve.programs._memo)())  # a new process
     result = run()
     np.testing.assert_array_equal(result.optimum, expected)
@@ -252,13 +244,14 @@ def test_arguments_it_cannot_describe_are_not_kept(program_directory):
                          name="toy")
     kept = cache.lookup((typed_key, 0))
     if kept is not None:  # exported after all: it must then compute what jit computes
-        np.testing.assert_array_equal(kept(typed_key), jax.random.uniform(typed_key))
+        np.testing.assert_array_equal(kept.compile([typed_key])(typed_key), jax.random.uniform(typed_key))
 
 
 def test_an_unwritable_directory_or_unkeyable_program_runs_all_the_same(program_directory):
     x = jnp.arange(3.0)
     program_directory.write_text("not a directory")  # entries cannot be stored
-    np.testing.assert_array_equal(_toy(2.0).lookup((x, {"shift": 1.0}))(x)["y"], jnp.sin(x) * 2.0 + 1.0)
+    kept = _toy(2.0).lookup((x, {"shift": 1.0}))
+    np.testing.assert_array_equal(kept.compile([x])(x)["y"], jnp.sin(x) * 2.0 + 1.0)
     program_directory.unlink()
     unkeyable = ProgramCache(lambda a, c: _user_rule(a), lambda a, c: _user_rule(a), config=(1,), name="toy")
     assert unkeyable.lookup((x, 0)) is None  # the caller's own jit runs it
@@ -278,24 +271,56 @@ def test_kept_fit_program_takes_the_quick_compile_options(program_directory, mon
     both compilations share one entry (the options are not part of the lowered program)."""
     import equinox as eqx
 
-    import sciax
-    from sciax.integrators import RK4
-    from sciax.systems import DampedDrivenOscillator
-
     programs = _optimise.solve.programs
     lookup, seen = programs.lookup, []
     monkeypatch.setattr(programs, "lookup", lambda args, options=None: seen.append((args, options))
                         or lookup(args, options))
-    times = np.linspace(0.1, 2.0, 20)
-    data = np.cos(2.0 * times) * np.exp(-0.2 * times)
-    fits = [sciax.fit(DampedDrivenOscillator(omega=1.8, zeta=0.05), np.array([1.0, 0.0]), times, data,
-                      params=("omega", "zeta"), observe=lambda y: y[0], t0=0.0,
-                      rollout=sciax.Simulate(RK4(), dt=0.01), compilation=c) for c in ("optimised", "fast")]
+    fits = [_small_fit(compilation=c) for c in ("optimised", "fast")]
     assert [options for _, options in seen] == [None, _optimise.FAST_CPU_COMPILER_OPTIONS]
     assert len(list(program_directory.iterdir())) == 1
     args = seen[0][0]
     leaves = jax.tree_util.tree_leaves(eqx.filter(args, eqx.is_array))
-    text = lambda options: lookup(args, options).call.lower(*leaves).compile().as_text()  # noqa: E731
+    text = lambda options: lookup(args, options).compile(leaves).as_text()  # noqa: E731
     assert text(_optimise.FAST_CPU_COMPILER_OPTIONS) != text(None)
     assert all(f.converged for f in fits)
     np.testing.assert_allclose(fits[1].optimum, fits[0].optimum, rtol=1e-9)
+
+
+def _small_fit(**kwargs):
+    import sciax
+    from sciax.integrators import RK4
+    from sciax.systems import DampedDrivenOscillator
+
+    times = np.linspace(0.1, 2.0, 20)
+    data = np.cos(2.0 * times) * np.exp(-0.2 * times)
+    return sciax.fit(DampedDrivenOscillator(omega=1.8, zeta=0.05), np.array([1.0, 0.0]), times, data,
+                     params=("omega", "zeta"), observe=lambda y: y[0], t0=0.0,
+                     rollout=sciax.Simulate(RK4(), dt=0.01), **kwargs)
+
+
+def test_an_unknown_compile_option_is_dropped_without_losing_the_entry(program_directory, monkeypatch, caplog):
+    """The kept program meets the same unknown-option error as the ordinary jit: the option is
+    dropped with its warning, and the entry (shared with `compilation="optimised"`) stays."""
+    solve = _optimise.solve
+    options = {**_optimise.FAST_CPU_COMPILER_OPTIONS, "xla_cpu_option_that_does_not_exist": True}
+    monkeypatch.setattr(solve, "options", options)
+    expected = _small_fit().optimum
+    [entry] = program_directory.iterdir()
+    with pytest.warns(RuntimeWarning, match="does not know the XLA option 'xla_cpu_option_that_does_not_exist'"):
+        result = _small_fit(compilation="fast")
+    assert solve.options == _optimise.FAST_CPU_COMPILER_OPTIONS
+    np.testing.assert_allclose(result.optimum, expected, rtol=1e-9)
+    assert entry.exists() and "running without it" not in caplog.text
+
+
+def test_a_context_inside_the_trace_gets_its_own_program(program_directory):
+    """As jit does, the in-process memo tells apart calls made under different tracing contexts."""
+    from jax.experimental.xla_metadata import set_xla_metadata
+
+    x = jnp.arange(3.0)
+    plain = _toy(2.0)
+    outside = plain.lookup((x, {"shift": 1.0}))
+    with set_xla_metadata(sciax_test="yes"):
+        inside = plain.lookup((x, {"shift": 1.0}))
+    assert outside is not None and inside is not None and inside is not outside
+    assert plain.lookup((x, {"shift": 1.0})) is outside

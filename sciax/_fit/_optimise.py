@@ -112,10 +112,15 @@ class _Jitted:
         if self.programs is not None:
             kept = self.programs.lookup(args, self.options if fast else None)
             if kept is not None:
+                leaves = jtu.tree_leaves(eqx.filter(args, eqx.is_array))
                 try:
-                    return kept(*jtu.tree_leaves(eqx.filter(args, eqx.is_array)))
+                    program = kept.compile(leaves)
                 except Exception as why:  # a kept program must never fail a fit the ordinary path runs
+                    if fast and _UNKNOWN_OPTION.search(str(why)):
+                        raise  # not the entry's fault: `__call__` drops the option and comes back
                     self.programs.discard(kept, why)
+                else:
+                    return program(*leaves)  # errors while running are the fit's own, as without it
         return (self.fast if fast else self.optimised)(*args)
 
 
