@@ -44,7 +44,7 @@ SCIPY = "SciPy least_squares + solve_ivp"
 TORCH = "PyTorch + torchdiffeq + L-BFGS"
 PER_FIT = "per fit (warm)"
 FIRST = "first fit, fresh process (incl. compile)"
-WARM = "first fit, fresh process, warm JAX cache"
+WARM = "first fit, fresh process, warm persistent cache"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,7 +264,7 @@ def run(ctx) -> SuiteResult:
             m.case = "first fit, fresh process"
             m.reference = (case == FIRST and impl == label)
             if case == WARM:
-                m.impl = impl + " [warm JAX cache]"
+                m.impl = impl + " [warm cache: JAX's compiled + sciax's traced programs]"
             elif impl != SCIPY:
                 m.impl = impl + " [cold]"
 
