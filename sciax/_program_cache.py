@@ -466,7 +466,8 @@ class ProgramCache:
                 _log.debug("%s: not kept on disk, export failed: %s: %s", self.name, type(why).__name__, why)
                 return None
             _store(path, payload)
-        return Kept(jax.jit(exported.call, compiler_options=compiler_options or None), path)
+        options = dict(compiler_options) if compiler_options else None  # a snapshot: the caller's dict may change
+        return Kept(jax.jit(exported.call, compiler_options=options), path)
 
     def key(self, *args) -> str | None:
         """The key of `fn(*args)`'s entry (a hex SHA-256), or None when it cannot be kept."""
