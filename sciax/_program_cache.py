@@ -55,7 +55,6 @@ import enum
 import hashlib
 import logging
 import os
-import struct
 import sys
 import threading
 import types
@@ -67,7 +66,7 @@ import jax
 import jax.tree_util as jtu
 import numpy as np
 
-from ._callable_key import _library_code, _library_name
+from ._callable_key import _float_key, _library_code, _library_name
 
 _FORMAT = b"sciax-program-cache-2"
 _SUBDIRECTORY = "sciax-programs"
@@ -209,9 +208,9 @@ class _Writer:
         if x is None or type(x) in (bool, int, str, bytes):
             return f"{type(x).__name__}:{x!r}"
         if type(x) is float:
-            return f"float:{struct.pack('<d', x).hex()}"
+            return f"float:{_float_key(x).hex()}"
         if type(x) is complex:
-            return f"complex:{struct.pack('<dd', x.real, x.imag).hex()}"
+            return f"complex:{(_float_key(x.real) + _float_key(x.imag)).hex()}"
         if isinstance(x, int | float | complex) and isinstance(getattr(x, "dtype", None), np.dtype):
             # A typed Python scalar (jax's literals, NumPy's float64): the value with its dtype.
             base = complex if isinstance(x, complex) else float if isinstance(x, float) else int
@@ -404,10 +403,10 @@ class ProgramCache:
         """The kept program for `fn(*args)`, compiled with `compiler_options`; or None when the
         disk cache is off or this program cannot be kept (the caller then runs its own `jit`).
         Never raises: whatever goes wrong here leaves the ordinary path."""
-        root = directory()
-        if root is None:
-            return None
         try:
+            root = directory()  # may raise: `~user/...` for a user that does not exist
+            if root is None:
+                return None
             leaves, rebuild, static = _split(args)
             if any(isinstance(x, jax.Array) and x.committed for x in leaves):
                 return None  # placed on a device explicitly: jit's placement rules, not the default device
