@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import optimistix as optx
 
 from ._errors import StateMismatchError
+from ._solvers import BFGS
 from ._validation import check_precision, describe, state_dtype
 from .systems._base import AbstractHamiltonian
 
@@ -103,8 +104,9 @@ def equilibrium(
     # (measured on a loaded spring chain, independent of rtol/atol). Newton's method on the
     # stationarity condition ∇E = 0 then converges quadratically to round-off. Gradients come from
     # the implicit function theorem at that root (ImplicitAdjoint); the BFGS start does not need
-    # any, since the root does not depend on where Newton started.
-    start = optx.minimise(total_energy, optx.BFGS(rtol=rtol, atol=atol), jax.lax.stop_gradient(positions0),
+    # any, since the root does not depend on where Newton started. (`BFGS` also stops on a rejected
+    # step within tolerance, where round-off in the energy stalls Optimistix's: `_solvers.py`.)
+    start = optx.minimise(total_energy, BFGS(rtol=rtol, atol=atol), jax.lax.stop_gradient(positions0),
                           args=jax.lax.stop_gradient(args), max_steps=max_steps, throw=throw)
     stationary = jax.grad(total_energy)
     newton = optx.Newton(rtol=rtol, atol=atol * 1e-3, cauchy_termination=False)

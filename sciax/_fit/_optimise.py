@@ -16,13 +16,9 @@ from .._validation import describe
 from ._data import real_scalar
 from ._problem import forward_residual_function, residual_function
 from ._result import FitResult
+from .._solvers import BY_NAME as _SOLVERS
 from ._unknowns import entry_labels
 
-_SOLVERS = {
-    "levenberg_marquardt": optx.LevenbergMarquardt,
-    "gauss_newton": optx.GaussNewton,
-    "bfgs": optx.BFGS,
-}
 _JACOBIAN = {"auto": "auto", "forward": "fwd", "fwd": "fwd", "reverse": "bwd", "bwd": "bwd"}
 
 
