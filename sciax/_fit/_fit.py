@@ -84,10 +84,11 @@ def fit(
     - `shooting`: `None` (single shooting) or `MultipleShooting(n_segments, continuity_weight)`.
     - `solver`: `"levenberg_marquardt"` (default), `"gauss_newton"`, `"bfgs"` (minimises the
       scalar loss), or an Optimistix least-squares solver / minimiser instance. A solver named
-      by string is Optimistix's, made to stop also when it rejects a step already within the
-      tolerance on the parameters (MINPACK's `xtol` rule; see `sciax/_solvers.py`): Optimistix
-      alone tests only accepted steps, and at tight tolerances on noisy data could reject
-      steps at the optimum until `max_steps`. An instance is used as given.
+      by string is Optimistix's, made to stop also when it rejects a step that is within the
+      tolerance on the parameters and whose predicted change of the loss is within round-off
+      (`sciax/_solvers.py`): Optimistix alone tests only accepted steps, and at tight
+      tolerances on noisy data it rejected steps at the optimum until `max_steps` (seen under
+      jax 0.10.0). An instance is used as given.
     - `jacobian`: `"auto"` (forward mode when the unknowns are no more than the residuals,
       reverse mode otherwise), `"forward"` or `"reverse"`. It sets how the residual Jacobian
       is formed (Optimistix's `options={"jac": ...}`; for BFGS, the gradient's

@@ -12,11 +12,11 @@ import numpy as np
 import optimistix as optx
 
 from .._program_cache import ProgramCache
+from .._solvers import BY_NAME as _SOLVERS
 from .._validation import describe
 from ._data import real_scalar
 from ._problem import forward_residual_function, residual_function
 from ._result import FitResult
-from .._solvers import BY_NAME as _SOLVERS
 from ._unknowns import entry_labels
 
 _JACOBIAN = {"auto": "auto", "forward": "fwd", "fwd": "fwd", "reverse": "bwd", "bwd": "bwd"}
