@@ -105,7 +105,8 @@ def equilibrium(
     # stationarity condition ∇E = 0 then converges quadratically to round-off. Gradients come from
     # the implicit function theorem at that root (ImplicitAdjoint); the BFGS start does not need
     # any, since the root does not depend on where Newton started. (`BFGS` also stops on a rejected
-    # step within tolerance, where round-off in the energy stalls Optimistix's: `_solvers.py`.)
+    # step within tolerance whose predicted energy change is round-off, where Optimistix's would
+    # go on shrinking it: `_solvers.py`.)
     start = optx.minimise(total_energy, BFGS(rtol=rtol, atol=atol), jax.lax.stop_gradient(positions0),
                           args=jax.lax.stop_gradient(args), max_steps=max_steps, throw=throw)
     stationary = jax.grad(total_energy)
