@@ -1,5 +1,5 @@
-"""Optimistix's solvers, stopping also when the steps vanish: those `fit` builds from a name,
-and `equilibrium`'s BFGS.
+"""Optimistix's solvers, stopping also on a rejected step settled by round-off: those `fit` builds
+from a name, and `equilibrium`'s BFGS.
 
 Optimistix tests its tolerances only after an *accepted* step: on y (the step |Δy| < atol +
 rtol·|y|) and on the residuals or loss. Near an optimum whose loss is not zero (noisy data),
@@ -38,7 +38,7 @@ _ROUND_OFF_ULPS = 64  # ×√m: the summation error of a loss over m terms grows
 _STATE_FIELDS = ("y_eval", "num_accepted_steps", "first_step", "terminate", "f_info")  # Optimistix 0.1's
 
 
-class _StopWhenStepsVanish(eqx.Module):
+class _StopAtRoundOff(eqx.Module):
     """Mixin for an Optimistix solver whose state has `y_eval` (the point just evaluated, which
     the step accepts or rejects), `num_accepted_steps`, `first_step`, `terminate` and `f_info`
     (private fields of Optimistix 0.1's Gauss–Newton and quasi-Newton states). Where a state
@@ -68,19 +68,19 @@ def _round_off_change(f_info, step):
     return jnp.abs(f_info.compute_grad_dot(step)) <= bound
 
 
-class LevenbergMarquardt(_StopWhenStepsVanish, optx.LevenbergMarquardt):
+class LevenbergMarquardt(_StopAtRoundOff, optx.LevenbergMarquardt):
     """`optx.LevenbergMarquardt` that also stops on a rejected step settled by round-off."""
 
     __init__ = optx.LevenbergMarquardt.__init__
 
 
-class GaussNewton(_StopWhenStepsVanish, optx.GaussNewton):
+class GaussNewton(_StopAtRoundOff, optx.GaussNewton):
     """`optx.GaussNewton` (every step is accepted, so only Optimistix's own test stops it)."""
 
     __init__ = optx.GaussNewton.__init__
 
 
-class BFGS(_StopWhenStepsVanish, optx.BFGS):
+class BFGS(_StopAtRoundOff, optx.BFGS):
     """`optx.BFGS` that also stops on a rejected step settled by round-off."""
 
     __init__ = optx.BFGS.__init__

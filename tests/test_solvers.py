@@ -121,7 +121,7 @@ def test_zero_tolerances_never_stop_on_a_rejected_step(name):
     assert ours.result == optx.RESULTS.nonlinear_max_steps_reached
 
 
-class _NelderMead(_solvers._StopWhenStepsVanish, optx.NelderMead):
+class _NelderMead(_solvers._StopAtRoundOff, optx.NelderMead):
     __init__ = optx.NelderMead.__init__
 
 
