@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import optimistix as optx
 
+from ._collector import with_fewer_collections
 from ._errors import StateMismatchError
 from ._solvers import BFGS
 from ._validation import check_precision, describe, state_dtype
@@ -26,6 +27,7 @@ class Equilibrium(eqx.Module):
     converged: jax.Array
 
 
+@with_fewer_collections
 def equilibrium(
     system: AbstractHamiltonian,
     positions0,

@@ -14,6 +14,7 @@ from jax import lax
 
 from ._adjoint import AbstractAdjoint, CheckpointAdjoint, ReversibleAdjoint
 from ._callable_key import by_code
+from ._collector import with_fewer_collections
 from ._errors import NonFiniteStateError
 from ._fusion import fuse_cotangents, fuse_values
 from ._jit import async_filter_jit
@@ -30,6 +31,7 @@ from .integrators._base import AbstractIntegrator
 from .systems._base import AbstractODE
 
 
+@with_fewer_collections
 def simulate(
     system,
     state0,

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
+from ._collector import with_fewer_collections
 from ._trajectory import Trajectory
 from ._validation import (
     check_precision,
@@ -50,6 +51,7 @@ ADJOINTS: dict[str, type[dfx.AbstractAdjoint]] = {
 # `dfx.ImplicitAdjoint` is not listed: it differentiates a steady state, not a trajectory.
 
 
+@with_fewer_collections
 def solve(
     system,
     y0,

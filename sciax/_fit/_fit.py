@@ -8,6 +8,7 @@ import jax.tree_util as jtu
 import numpy as np
 
 from .._callable_key import by_code
+from .._collector import with_fewer_collections
 from .._validation import check_precision, describe, state_dtype
 from ..systems._base import AbstractODE
 from ._data import check_mask_sigma, check_observed, check_times, to_device
@@ -25,6 +26,7 @@ from ._unknowns import (
 )
 
 
+@with_fewer_collections
 def fit(
     system,
     state0,

@@ -24,6 +24,7 @@ from jax.sharding import PartitionSpec as P
 
 from .. import parallel
 from .._callable_key import by_code
+from .._collector import with_fewer_collections
 from .._jit import async_filter_jit, equinox_errors
 from .._simulate import simulate
 from .._trajectory import Trajectory
@@ -117,6 +118,7 @@ def _cache_block(platform: str, output_bytes: int = 0, threads: int = 1) -> int 
 LANES = 8
 
 
+@with_fewer_collections
 def sweep(
     system,
     state0,
