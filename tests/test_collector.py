@@ -1,6 +1,7 @@
 """sciax's jitted entry points run with fewer cyclic garbage collections (sciax/_collector.py):
 the young generation's threshold is raised while they trace and compile, and put back after."""
 
+import contextlib
 import gc
 import os
 import threading
@@ -60,23 +61,33 @@ def test_a_threshold_changed_inside_the_block_is_kept(baseline):
     assert gc.get_threshold() == changed
 
 
-def test_threads_the_last_one_out_restores(baseline):
-    inside, release_first = threading.Event(), threading.Event()
-    seen = {}
+@contextlib.contextmanager
+def _another_thread_inside():
+    """A second thread that stays inside a `fewer_collections` block until this one ends."""
+    inside, release = threading.Event(), threading.Event()
 
-    def first():
+    def hold():
         with fewer_collections:
             inside.set()
-            release_first.wait(10)
+            release.wait(10)
 
-    t = threading.Thread(target=first)
+    t = threading.Thread(target=hold)
     t.start()
     assert inside.wait(10)
-    with fewer_collections:
-        release_first.set()
+    try:
+        yield
+    finally:
+        release.set()
         t.join(10)
-        seen["after first left"] = gc.get_threshold()[0]
-    assert seen["after first left"] == TRACING_THRESHOLD
+
+
+def test_threads_the_last_one_out_restores(baseline):
+    other = contextlib.ExitStack()
+    other.enter_context(_another_thread_inside())  # that thread raises the threshold
+    with fewer_collections:
+        other.close()  # and leaves first, while this one is still inside
+        after_other_left = gc.get_threshold()[0]
+    assert after_other_left == TRACING_THRESHOLD
     assert gc.get_threshold() == baseline
 
 
@@ -97,17 +108,7 @@ def _fork(child):
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_fork_keeps_only_the_forking_threads_blocks(baseline):
-    inside, release = threading.Event(), threading.Event()
-
-    def other_thread():
-        with fewer_collections:
-            inside.set()
-            release.wait(10)
-
-    t = threading.Thread(target=other_thread)
-    t.start()
-    assert inside.wait(10)
-    try:
+    with _another_thread_inside():
         # Forked while another thread is inside a block: the child has no such thread, so its
         # threshold is restored at once and its own blocks work (the lock is not left held).
         def child_of_other():
@@ -117,10 +118,7 @@ def test_a_fork_keeps_only_the_forking_threads_blocks(baseline):
             return restored and raised and gc.get_threshold() == baseline
 
         assert _fork(child_of_other) == 0
-        assert gc.get_threshold() == _raised(baseline)  # the parent's other thread is still inside
-    finally:
-        release.set()
-        t.join(10)
+        assert gc.get_threshold() == _raised(baseline)  # the other thread is still inside
     assert gc.get_threshold() == baseline
 
     # Forked from inside a block: the forking thread is still inside it in the child.
