@@ -5,31 +5,55 @@ the GPU section of benchmarks/README.md. Kept as the record of how they were pro
 BIG / MID setting the two ensemble sizes (default 8,388,608 and 1,000,000). Each row's median of
 10 (5 for the sweep, Diffrax and PyTorch) synchronised calls, compile apart; the final states of
 512 members are compared with float64 NumPy."""
-import os, sys, time, json, subprocess
+import json
+import os
+import subprocess
+import sys
+import time
+
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+import diffrax
+import equinox
+import jax
+import jax.numpy as jnp
 import numpy as np
-import jax, jax.numpy as jnp
+import optimistix
 from jax import lax
+
 print("python", sys.version.split()[0], "jax", jax.__version__, jax.devices(), flush=True)
-import equinox, diffrax, optimistix
 print("eqx", equinox.__version__, "diffrax", diffrax.__version__, "optx", optimistix.__version__, flush=True)
 jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, ".")
 import sciax
-from sciax.integrators import RK4, Tsit5
-from sciax.systems import Lorenz
 from benchmarks import workloads as wl
 from benchmarks.baselines import numpy_lorenz
+from sciax.integrators import RK4, Tsit5
+from sciax.systems import Lorenz
+
 OUT = os.environ.get("OUT", "/tmp")
 rows = []
 
 
+def seconds(f):
+    """f's result and its wall time in seconds (f returns once its result is computed)."""
+    t0 = time.perf_counter()
+    out = f()
+    return out, time.perf_counter() - t0
+
+
 def timeit(f, reps=10):
-    jax.block_until_ready(f())
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter(); jax.block_until_ready(f()); ts.append(time.perf_counter() - t0)
+    """(median, min, max) seconds of `reps` calls of f after one warm-up call."""
+    def done():
+        return jax.block_until_ready(f())
+
+    done()
+    ts = [seconds(done)[1] for _ in range(reps)]
     return float(np.median(ts)), float(min(ts)), float(max(ts))
+
+
+def compiled(fn, *args):
+    """jit(fn) compiled for args, and the compile time in seconds."""
+    return seconds(lambda: jax.jit(fn).lower(*args).compile())
 
 
 def report(name, method, dtype, B, comp, t, out=None):
@@ -55,7 +79,7 @@ def sciax_vmap(method, dtype, B):
         return sciax.simulate(s, u0, integrator=integ, dt=0.001, n_steps=1000, save_every=1000).final_state
 
     rho = jnp.asarray(wl.ensemble_rhos(B, dtype))
-    t0 = time.perf_counter(); c = jax.jit(jax.vmap(one)).lower(rho).compile(); comp = time.perf_counter() - t0
+    c, comp = compiled(jax.vmap(one), rho)
     t = timeit(lambda: c(rho))
     report("sciax jit(vmap(simulate))", method, dtype, B, comp, t, c(rho))
 
@@ -74,7 +98,7 @@ def sciax_sweep(method, dtype, B):
     def call():
         return sciax.sweep(s, u0, axes={"rho": rho}, simulate_kwargs=kw, output=fs, check_finite=False).outputs
 
-    t0 = time.perf_counter(); out = jax.block_until_ready(call()); first = time.perf_counter() - t0
+    out, first = seconds(lambda: jax.block_until_ready(call()))
     t = timeit(call, reps=5)
     report("sciax.sweep", method, dtype, B, first - t[0], t, out)
 
@@ -87,10 +111,12 @@ def hand_scan(method, dtype, B, unroll):
         return 10.0 * (y - x), x * (r - z) - y, x * y - (8 / 3) * z
 
     if method == "rk4":
-        A = [[], [0.5], [0.0, 0.5], [0.0, 0.0, 1.0]]; b = [1 / 6, 1 / 3, 1 / 3, 1 / 6]
+        A = [[], [0.5], [0.0, 0.5], [0.0, 0.0, 1.0]]
+        b = [1 / 6, 1 / 3, 1 / 3, 1 / 6]
     else:
         tab = diffrax.Tsit5.tableau
-        A = [[]] + [list(map(float, a)) for a in tab.a_lower]; b = list(map(float, tab.b_sol))
+        A = [[]] + [list(map(float, a)) for a in tab.a_lower]
+        b = list(map(float, tab.b_sol))
 
     def run(r):
         def step(u, _):
@@ -107,7 +133,7 @@ def hand_scan(method, dtype, B, unroll):
         return jnp.stack(u, -1)
 
     rho = jnp.asarray(wl.ensemble_rhos(B, dtype))
-    t0 = time.perf_counter(); c = jax.jit(run).lower(rho).compile(); comp = time.perf_counter() - t0
+    c, comp = compiled(run, rho)
     t = timeit(lambda: c(rho))
     report(f"hand scan unroll={unroll}", method, dtype, B, comp, t, c(rho))
 
@@ -116,24 +142,27 @@ def diffrax_vmap(method, dtype, B):
     from benchmarks.baselines.diffrax_lorenz import make_ensemble
     fn = make_ensemble(method, dtype)
     rho = jnp.asarray(wl.ensemble_rhos(B, dtype))
-    t0 = time.perf_counter(); c = fn.lower(rho).compile(); comp = time.perf_counter() - t0
+    c, comp = seconds(lambda: fn.lower(rho).compile())
     t = timeit(lambda: c(rho), reps=5)
     report("Diffrax vmap(diffeqsolve)", method, dtype, B, comp, t, c(rho))
 
 
 def torch_run(method, dtype, B, compile):
     import torch
+
     from benchmarks.baselines.torch_lorenz import TorchLorenzEnsemble
     solver = TorchLorenzEnsemble(method, compile=compile, u0=wl.ENSEMBLE_U0, dt=0.001, n_steps=1000)
     rho = torch.as_tensor(wl.ensemble_rhos(B, dtype), device="cuda")
 
     def call():
-        out = torch.stack(solver(rho), -1); torch.cuda.synchronize(); return out
+        out = torch.stack(solver(rho), -1)
+        torch.cuda.synchronize()
+        return out
 
-    t0 = time.perf_counter(); call(); first = time.perf_counter() - t0
-    ts = []
-    for _ in range(5):
-        t0 = time.perf_counter(); out = call(); ts.append(time.perf_counter() - t0)
+    first = seconds(call)[1]
+    timed = [seconds(call) for _ in range(5)]
+    out = timed[-1][0]
+    ts = [t for _, t in timed]
     report("torch.compile" if compile else "PyTorch eager", method, dtype, B, first - np.median(ts),
            (float(np.median(ts)), min(ts), max(ts)), out.cpu().numpy())
 
