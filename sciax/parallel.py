@@ -148,6 +148,9 @@ def member_mesh(devices=None) -> Mesh:
         chosen = list(devices)
         if not chosen or not all(isinstance(d, jax.Device) for d in chosen):
             raise TypeError(f"sweep: `devices` must be None, an int, a list of jax devices or a Mesh, got {devices!r}.")
+        if len(set(chosen)) != len(chosen):
+            raise ValueError(f"sweep: `devices` lists a device more than once ({chosen}); each device takes "
+                             "one share of the members, so list each once.")
         foreign = [d for d in chosen if d.process_index != jax.process_index()]
         if foreign:
             raise ValueError(

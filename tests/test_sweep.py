@@ -94,6 +94,12 @@ def test_python_number_fields_are_sweepable():
                         output=final)
     assert res32.outputs.dtype == jnp.float32
     np.testing.assert_allclose(res32.outputs, res.outputs, rtol=1e-6)
+    # The same through Axis(where=...) (it cast the values to float64, and the sweep raised).
+    by_where = sciax.sweep(Decay(), jnp.ones(1, jnp.float32), axes={"k": Axis(np.array([0.5, 2.0]),
+                                                                              where=lambda s, y: s.k)},
+                           simulate_kwargs=kw, output=final)
+    np.testing.assert_array_equal(by_where.outputs, res32.outputs)
+    assert by_where.outputs.dtype == jnp.float32
 
 
 def test_whole_state_particle_state_and_where_axes():
@@ -236,6 +242,24 @@ def test_on_an_accelerator_the_memory_check_always_runs_and_chunks_are_one_vmap(
     assert as_gpu.info["chunk_bytes"] is not None
     np.testing.assert_array_equal(as_gpu.outputs, on_cpu.outputs)
     np.testing.assert_array_equal(as_gpu.ok, on_cpu.ok)
+
+
+@pytest.mark.parametrize("chunking", [dict(batch_size=64), dict(order="cost")])
+def test_default_memory_budget_caps_a_batch_size_and_cost_buckets(monkeypatch, chunking):
+    """A batch size (the user's, or the buckets order='cost' picks) used to switch the default
+    budget off, and with it the memory check that an accelerator always runs."""
+    from sciax.ensemble import _sweep
+
+    monkeypatch.setattr(_sweep, "_platform", lambda mesh: "gpu")
+    mu = jnp.linspace(1.0, 5.0, 64)
+    kw = dict(t0=0.0, t1=1.0, save_at=jnp.linspace(0.0, 1.0, 20), rtol=1e-5, atol=1e-5)
+    free = sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": mu}, solve_kwargs=kw, devices=1, **chunking)
+    budget = 20 * free.info["member_bytes"]  # a nearly full device: 16 members fit
+    monkeypatch.setattr(_sweep, "_default_budget", lambda mesh: budget)
+    res = sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": mu}, solve_kwargs=kw, devices=1, **chunking)
+    assert res.info["memory_budget"] == budget and res.info["batch_size"] == 16
+    assert 0 < res.info["chunk_bytes"] <= budget
+    np.testing.assert_array_equal(res.outputs.states, free.outputs.states)
 
 
 def test_memory_estimate_counts_a_streaming_reductions_copy_per_group():
@@ -464,6 +488,31 @@ def test_variance_of_complex_outputs_is_real_like_numpy():
     np.testing.assert_allclose(res.reductions["mean"], np.mean(z), rtol=1e-12)
 
 
+def flag(system, state0, key):
+    return jnp.int8(1)
+
+
+def test_grouped_integer_sums_widen_like_jnp_sum_instead_of_wrapping():
+    """A kept axis sums each group with a segment sum, which added int8 in int8: 200 members of
+    1 gave -56. Now every sum and mean adds in jnp.sum's (widened) integer type."""
+    axes = {"state0[0]": jnp.arange(200.0), "state0[1]": jnp.array([0.0, 1.0])}
+    whole = sciax.sweep(Lorenz(), Y0, axes=axes, run=flag, reduce=["sum", "mean"])
+    grouped = sciax.sweep(Lorenz(), Y0, axes=axes, run=flag, reduce=["sum", "mean"], reduce_over="state0[0]")
+    assert whole.reductions["sum"] == 400 and whole.reductions["sum"].dtype == jnp.sum(jnp.int8(1)).dtype
+    np.testing.assert_array_equal(grouped.reductions["sum"], [200, 200])
+    assert grouped.reductions["sum"].dtype == whole.reductions["sum"].dtype
+    np.testing.assert_array_equal(grouped.reductions["mean"], [1.0, 1.0])
+
+
+def test_median_and_quantiles_keep_float32_like_numpy():
+    values = np.linspace(-1.0, 1.0, 64, dtype=np.float32) ** 3
+    res = sciax.sweep(Lorenz(), Y0.astype(jnp.float32), axes={"state0[0]": values}, run=identity,
+                      output=lambda y: y[0], reduce={"median": "median", "q": Quantile([0.1, 0.5])})
+    assert res.reductions["median"].dtype == np.float32 and res.reductions["q"].dtype == np.float32
+    assert res.reductions["median"] == np.median(values)
+    np.testing.assert_array_equal(res.reductions["q"], np.quantile(values, [0.1, 0.5]).astype(np.float32))
+
+
 def test_sel_matches_relatively_and_isel_keeps_the_failures_of_the_selected_members():
     tiny = jnp.array([1e-14, 1e-13, 1e-12])
     res = sciax.sweep(Lorenz(), Y0, axes={"rho": tiny}, run=lambda s, y, k: s.rho * jnp.ones(1))
@@ -512,6 +561,17 @@ def test_sel_matches_relatively_and_isel_keeps_the_failures_of_the_selected_memb
 
     assert _match("w", np.array([1 + 1j, 1 + 2j]), 1 + 2j, None, np.arange(2)).tolist() == [1]  # complex
     assert seeds.sel(seed=2**32 - 1).coords(0) == {"seed": 2**32 - 1}
+
+
+def test_sel_matches_an_infinite_coordinate_only_to_itself():
+    """The relative tolerance 1e-6 max(|c|, |v|) is infinite at an infinite coordinate: every
+    value matched it, and `sel(rho=inf)` returned rho = 1."""
+    res = sciax.sweep(Lorenz(), Y0, axes={"rho": np.array([1.0, 2.0, np.inf])}, run=identity, output=lambda y: y[0])
+    assert res.sel(rho=np.inf).axes["rho"] == np.inf and res.sel(rho=np.inf).outputs == 1.0
+    assert res.sel(rho=2.0).axes["rho"] == 2.0
+    for value in (5.0, -3.0, -np.inf):
+        with pytest.raises(ValueError, match=f"no member with rho = {value}"):
+            res.sel(rho=value)
 
 
 def test_sel_nearest_skips_nan_coordinates_and_a_selected_zip_member_keeps_its_coordinates():
@@ -667,6 +727,29 @@ class TestBadInput:
     def test_complex_values_for_a_real_field(self):
         with pytest.raises(ValueError, match=r"axis 'rho': its target holds real float64 values, got complex"):
             sciax.sweep(Lorenz(), Y0, axes={"rho": np.array([1 + 2j])}, simulate_kwargs=KW)
+
+    def test_more_members_than_int32_positions_can_index(self):
+        big = np.zeros(50_000)
+        with pytest.raises(ValueError, match=r"2500000000 members \(axis lengths \{'rho': 50000, 'sigma': 50000\}\) "
+                                             r"exceed the 1073741824 one sweep can index"):
+            sciax.sweep(Lorenz(), Y0, axes={"rho": big, "sigma": big}, run=identity, reduce="mean")
+
+    def test_a_device_listed_twice(self):
+        import jax
+
+        with pytest.raises(ValueError, match="`devices` lists a device more than once"):
+            lorenz_grid(devices=[jax.devices()[0]] * 2)
+
+    def test_reduction_objects_in_a_list(self):
+        with pytest.raises(TypeError, match=r"a list in `reduce` holds reduction names such as 'mean', got "
+                                            r"Quantile\(q=\[0.1, 0.9\].*name each reduction object's result "
+                                            r"with a dict"):
+            lorenz_grid(reduce=["mean", Quantile([0.1, 0.9])])
+
+    def test_where_selecting_an_element_instead_of_a_leaf(self):
+        with pytest.raises(ValueError, match=r"axis 'x0': `where` must return a leaf of the system or initial state "
+                                             r"as it is .* use a name such as 'state0\[0\]'"):
+            sciax.sweep(Lorenz(), Y0, axes={"x0": Axis(X0, where=lambda s, y: y[0])}, simulate_kwargs=KW)
 
     def test_empty_axes(self):
         with pytest.raises(TypeError, match="`axes` must be a non-empty dict"):

@@ -202,7 +202,15 @@ def _resolve(name, spec, system, state0) -> ResolvedAxis:
                          f"got {describe(coords)}.")
     if where is not None:
         target = where(system, state0)
-        return _axis(name, coords, target, "where", where=where)
+        try:  # what apply_axes will do: fails here, naming the axis, if `where` built a new array
+            eqx.tree_at(lambda p: where(p[0], p[1]), (system, state0), target)
+        except Exception as e:  # noqa: BLE001 - tree_at's own message follows
+            raise ValueError(
+                f"sweep: axis {name!r}: `where` must return a leaf of the system or initial state as it "
+                f"is (e.g. `lambda s, y: s.spring.k`), not a value computed from one such as an element "
+                f"`y[0]`; for an element use a name such as 'state0[0]' or 'masses[1]'. ({e})"
+            ) from e
+        return _axis(name, coords, target, "where", state0, where=where)
     if name == SEED:
         if not np.issubdtype(coords.dtype, np.integer) or coords.ndim != 1:
             raise ValueError(f"sweep: axis 'seed' must be a 1-D array of integers, got {describe(coords)}.")

@@ -40,6 +40,11 @@ def _float_dtype(dtype):
     return dtype if jnp.issubdtype(dtype, jnp.inexact) else jnp.result_type(float)
 
 
+def _sum_dtype(dtype):
+    """The dtype `jnp.sum` adds in: small integers and booleans widen to the default integer."""
+    return jax.eval_shape(jnp.sum, jax.ShapeDtypeStruct((1,), dtype)).dtype
+
+
 def _bcast(mask, x):
     return mask.reshape(mask.shape + (1,) * (x.ndim - 1))
 
@@ -89,6 +94,7 @@ def _pivoted_sums(x, mask, groups, n_groups):
     that mean came out 56 instead of 1).
     """
     n = _segment_sum(mask.astype(_count_dtype()), groups, n_groups)
+    x = x.astype(_sum_dtype(x.dtype))  # as jnp.sum: a grouped int8 sum must not wrap at 128
     m = _bcast(mask, x)
     zero = jnp.zeros((), x.dtype)
     if jnp.issubdtype(x.dtype, jnp.inexact):
@@ -356,7 +362,7 @@ class Quantile(Reduction):
             fn = np.nanquantile if ignore_invalid else np.quantile
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN group -> NaN
-                r = fn(x, q, axis=0, method=self.method)
+                r = fn(x, q, axis=0, method=self.method).astype(x.dtype)  # a float64 q promotes float32
             if ignore_invalid:  # a NaN output of a member that did not fail propagates, as in Mean
                 r = np.where(np.any(np.isnan(x_valid), axis=0), np.nan, r)
             # r: (*q.shape, kept..., leaf...) -> (kept..., *q.shape, leaf...)
@@ -378,6 +384,8 @@ class Apply(Reduction):
 
     `values` is the output pytree with a leading axis over the finite members of the group
     (NumPy arrays on the host). Like `Quantile`, this keeps every member's output on the host.
+    In a group whose members all failed that axis is empty, so `fn` must accept empty arrays
+    (`np.max` of none raises, `np.mean` gives NaN with a warning).
     """
 
     fn: Callable
@@ -418,6 +426,11 @@ def resolve_reductions(reduce) -> dict[str, Reduction]:
     if isinstance(reduce, str):
         reduce = [reduce]
     if isinstance(reduce, list | tuple):
+        named = [r for r in reduce if not isinstance(r, str)]
+        if named:
+            raise TypeError(f"sweep: a list in `reduce` holds reduction names such as 'mean', got {named[0]!r}; "
+                            "name each reduction object's result with a dict instead, e.g. "
+                            "{'mean': Mean(), 'p90': Quantile(0.9)}.")
         reduce = {r: r for r in reduce}
     if not isinstance(reduce, dict):
         raise TypeError(

@@ -181,11 +181,13 @@ def _match(name, coords, value, method, positions) -> np.ndarray:
     v = value.astype(kind).reshape(-1)
     with np.errstate(invalid="ignore"):
         gap = np.abs(c - v)  # (members, entries)
+    gap = np.where(c == v, 0.0, gap)  # an infinite coordinate matches itself (inf - inf is NaN)
     gap = np.where(np.isnan(gap), np.inf, gap)  # a NaN coordinate matches nothing
     diff = gap.max(axis=1)
     if method == "nearest":
         if not np.isfinite(diff).any():
-            raise ValueError(f"sel: no coordinate of axis {name!r} is comparable with {value.tolist()} (NaN).")
+            raise ValueError(f"sel: no coordinate of axis {name!r} is comparable with {value.tolist()} "
+                             "(a NaN, or an infinite value among finite coordinates).")
         return positions[diff == diff.min()]
     # Exact up to rounding, entry by entry: integer axes exactly; floats within a relative 1e-6
     # of the larger of the coordinate and the value (so 2e-4 and 1e-4 stay apart on a logspace
@@ -198,6 +200,7 @@ def _match(name, coords, value, method, positions) -> np.ndarray:
         finite = np.abs(c[np.isfinite(c)])
         floor = 4 * np.finfo(coords.dtype).eps * finite.max(initial=0.0)
         tolerance = np.where(v == 0, np.maximum(tolerance, floor), tolerance)
+        tolerance = np.where(np.isfinite(tolerance), tolerance, 0.0)  # inf matches only inf
         hit = np.all(gap <= tolerance, axis=1)
     if hit.any():
         hit &= diff == diff[hit].min()  # the closest of the matches

@@ -176,12 +176,13 @@ def sweep(
     - `keep`: keep every member's output on the host (default: True unless `reduce` is given).
     - `key`: base `jax.random` key; without a `"seed"` axis member `i` gets `fold_in(key, i)`.
     - `batch_size`: members per chunk, rounded up to a multiple of 8 x the device count (see
-      `LANES`: this keeps results bitwise independent of chunking and device count).
+      `LANES`: this keeps results bitwise independent of chunking and device count), and
+      lowered where a chunk that size would not fit the memory budget.
     - `memory_budget`: bytes of device memory per device a chunk may use; the chunk size is
       chosen from an estimate of one member's footprint (its rollout output, kept output and
       carries, via `jax.eval_shape`) and checked against XLA's memory analysis of the
       compiled chunk. Default: half the free device memory on accelerators, a quarter of the
-      host RAM (shared by the CPU devices) on CPU.
+      host RAM (shared by the CPU devices) on CPU; it applies with a `batch_size` too.
     - `devices`: None (every local device), an int (the first k local devices), a list of
       devices, or a 1-D `jax.sharding.Mesh`. The member axis is padded to a multiple of the
       device count and sharded over them (`shard_map`); each device steps its own members with
@@ -264,6 +265,9 @@ class _Plan:
         return self.keep or any(r.needs_values for r in self.reductions.values())
 
 
+MAX_MEMBERS = 2**30  # flat member positions are int32; padding the last chunk must not wrap them
+
+
 def _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output, reduce, reduce_over,
           keep, key, batch_size, memory_budget, devices, check_finite, order, gather) -> _Plan:
     if mode not in ("grid", "zip"):
@@ -278,6 +282,10 @@ def _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output
     else:
         shape = tuple(lengths.values())
     n_members = math.prod(shape)
+    if n_members > MAX_MEMBERS:
+        raise ValueError(f"sweep: {n_members} members (axis lengths {lengths}) "
+                         f"exceed the {MAX_MEMBERS} one sweep can index (member positions are int32, and the "
+                         "last chunk is padded); split the sweep along an axis.")
     run_fn = _run_function(run, simulate_kwargs, solve_kwargs, key, resolved)
     if output is not None and not callable(output):
         raise TypeError(f"sweep: `output` must be a function output(result) -> pytree, got {output!r}.")
@@ -617,7 +625,9 @@ def _batch(batch_size, memory_budget, member_bytes, n_dev, n_local, mesh):
             f"{member_bytes} bytes (its rollout output, kept output and carries); raise the budget, keep "
             "less per member (`output=`, `save_every`, simulate's save_states=False) or use reductions."
         )
-    limit = budget if budget is not None else (_default_budget(mesh) if batch_size is None else None)
+    # The default budget caps an explicit batch_size too (and order='cost''s buckets): a chunk
+    # that does not fit is fatal on an accelerator.
+    limit = budget if budget is not None else _default_budget(mesh)
     per_device = max(1, math.ceil(n_local / n_dev))
     if batch_size is not None:
         per_device = min(per_device, math.ceil(batch_size / n_dev))
