@@ -2,6 +2,7 @@
 
 import functools
 import math
+import warnings
 from collections.abc import Callable
 
 import equinox as eqx
@@ -20,7 +21,9 @@ from ._fusion import fuse_cotangents, fuse_values
 from ._jit import async_filter_jit
 from ._trajectory import Trajectory
 from ._validation import (
+    check_finite_state,
     check_precision,
+    check_time_scalar,
     describe,
     is_concrete,
     positive_finite_scalar,
@@ -101,6 +104,10 @@ def simulate(
         system, state0, integrator, dt, n_steps, save_every, key, observables, adjoint
     )
     check_precision(args, dtype, "simulate", what="`args`")
+    if check_finite:  # it waits for the run anyway
+        check_finite_state("simulate", "state0", state0)
+    check_time_scalar("simulate", "dt", dt, dtype, positive=True)
+    check_time_scalar("simulate", "t0", t0, dtype)
     dt = jnp.asarray(dt, dtype=dtype)
     t0 = jnp.asarray(t0, dtype=dtype)
     observables = {name: by_code(fn) for name, fn in (observables or {}).items()}  # a new lambda: no recompile
@@ -109,6 +116,7 @@ def simulate(
     if jnp.ndim(step_offset) != 0 or not jnp.issubdtype(step_offset.dtype, jnp.integer):
         raise TypeError(f"`step_offset` must be an integer scalar, got {describe(step_offset)}.")
     _check_step_counter(step_offset, n_steps)
+    _check_time_resolution(t0, dt, step_offset, n_steps)
     if key is not None and is_concrete(step_offset) and int(step_offset) + n_steps > _MAX_KEYED_STEPS:
         raise ValueError(
             f"simulate: a stochastic run can take at most 2**32 steps: the key of step n is "
@@ -142,6 +150,24 @@ def _check_step_counter(step_offset, n_steps):
             f"the range of JAX's {counter.dtype} step counter [{counter.min}, {counter.max}]; the steps would "
             "wrap around, with wrong times. Turn on 64-bit mode (jax.config.update('jax_enable_x64', True)) "
             "for longer runs.")
+
+
+def _check_time_resolution(t0, dt, step_offset, n_steps):
+    """Warn when the times t0 + n dt cannot be told apart in the state's precision: in float32
+    near t = 3e7 representable times are 2 apart, so with a step of 1e-3 every saved time reads
+    t0, and a time-dependent vector field is evaluated at the wrong times (an autonomous
+    system's states are unaffected). A warning, not an error: long float32 runs of autonomous
+    systems are common and their states are right."""
+    if not (is_concrete(t0) and is_concrete(dt) and is_concrete(step_offset)):
+        return
+    t_far = abs(float(t0)) + (abs(int(step_offset)) + n_steps) * float(dt)
+    spacing = float(np.spacing(np.asarray(t_far, dtype=dt.dtype)))
+    if float(dt) <= spacing:
+        warnings.warn(
+            f"simulate: `dt` = {float(dt):g} is not above the spacing {spacing:g} of {dt.dtype} times near "
+            f"t = {t_far:g}, so the times t0 + n dt round onto each other: the saved times are wrong, and so "
+            "are the states of a time-dependent system. Use float64, or measure time from a nearer origin.",
+            RuntimeWarning, stacklevel=4)
 
 
 def _validate(system, state0, integrator, dt, n_steps, save_every, key, observables, adjoint):

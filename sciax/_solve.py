@@ -1,7 +1,6 @@
 """`solve`: the question `simulate` answers, answered by Diffrax: adaptive steps, stiff
 (implicit) solvers, arbitrary save times and a choice of adjoint. Same `Trajectory` out."""
 
-import math
 from collections.abc import Callable
 
 import diffrax as dfx
@@ -14,7 +13,9 @@ import numpy as np
 from ._collector import with_fewer_collections
 from ._trajectory import Trajectory
 from ._validation import (
+    check_finite_state,
     check_precision,
+    check_time_scalar,
     describe,
     is_concrete,
     positive_finite_scalar,
@@ -150,16 +151,18 @@ def _validate(system, y0, t0, t1, save_at, rtol, atol, dt0, observables, throw):
         )
     system.check_state(y0)
     dtype = state_dtype(y0)
+    check_finite_state("solve", "y0", y0)
     check_precision(system, dtype, "solve")
     for name, value in (("t0", t0), ("t1", t1)):
-        if jnp.ndim(value) != 0:
-            raise ValueError(f"solve: `{name}` must be a scalar time, got {describe(value)}.")
-        if is_concrete(value) and not math.isfinite(float(value)):
-            raise ValueError(f"solve: `{name}` must be finite, got {float(value)}.")
-    if is_concrete(t0) and is_concrete(t1) and not float(t1) > float(t0):
-        raise ValueError(
-            f"solve: `t1` must be greater than `t0`, got t0={float(t0)} and t1={float(t1)}."
-        )
+        check_time_scalar("solve", name, value, dtype)
+    if is_concrete(t0) and is_concrete(t1):
+        first, last = (np.asarray(t).astype(dtype) for t in (t0, t1))
+        if not last > first:
+            rounded = "" if (float(first), float(last)) == (float(t0), float(t1)) else \
+                f" (in the state's {jnp.dtype(dtype).name}: t0={float(first)}, t1={float(last)})"
+            raise ValueError(
+                f"solve: `t1` must be greater than `t0`, got t0={float(t0)} and t1={float(t1)}{rounded}."
+            )
     if save_at is not None and jnp.ndim(save_at) != 1:
         raise ValueError(
             f"solve: `save_at` must be a 1-D array of times, got {describe(save_at)}."
@@ -170,7 +173,7 @@ def _validate(system, y0, t0, t1, save_at, rtol, atol, dt0, observables, throw):
     if rtol is not None and atol is None:
         raise ValueError("solve: adaptive steps need both `rtol` and `atol`; got atol=None.")
     if dt0 is not None:
-        positive_finite_scalar("dt0", dt0)
+        check_time_scalar("solve", "dt0", dt0, dtype, positive=True)
     elif rtol is None:
         raise ValueError(
             "solve: `rtol=None` asks for constant steps, which need a step size: pass `dt0`."

@@ -41,11 +41,45 @@ def positive_finite_scalar(name: str, value) -> None:
             raise ValueError(f"`{name}` must be positive and finite, got {v}.")
 
 
+def check_time_scalar(where: str, name: str, value, dtype, *, positive: bool = False) -> None:
+    """Check a time or step size that will be cast to the state's `dtype`: a scalar and, when its
+    value is known on the host, finite (and > 0 if `positive`) after the cast, which in float32
+    turns 1e-46 into 0 and 1e39 into inf."""
+    if jnp.ndim(value) != 0:
+        raise ValueError(f"{where}: `{name}` must be a scalar, got {describe(value)}.")
+    if is_concrete(value):
+        with np.errstate(over="ignore", under="ignore"):
+            cast = float(np.asarray(value).astype(dtype))
+        if not math.isfinite(cast) or (positive and cast <= 0):
+            need = "positive and finite" if positive else "finite"
+            got = f"{float(value)!r}" if float(value) == cast else f"{float(value)!r}, which is {cast!r} in {dtype}"
+            raise ValueError(f"{where}: `{name}` must be {need}, got {got}.")
+
+
+def check_finite_state(where: str, name: str, state) -> None:
+    """Raise `ValueError` if an initial state known on the host holds NaN or Inf (every frame
+    of the run would be non-finite, and an adaptive solver would spend its `max_steps`)."""
+    for path, leaf in jtu.tree_flatten_with_path(state)[0]:
+        if not is_concrete(leaf):
+            return
+        bad = ~np.isfinite(np.asarray(leaf))
+        if bad.any():
+            at = jtu.keystr(path) + (str(np.argwhere(bad)[0].tolist()) if bad.ndim else "")
+            raise ValueError(f"{where}: `{name}` holds NaN or Inf ({np.count_nonzero(bad)} value(s), the "
+                             f"first at {name}{at}); the run needs a finite initial state.")
+
+
 def state_dtype(state):
     """The floating dtype of a state pytree; raises if a leaf is not floating or leaves disagree."""
     leaves = jtu.tree_leaves(state)
     if not leaves:
         raise StateMismatchError("the state has no array leaves; expected floating arrays.")
+    if any(isinstance(leaf, bool | int | float | complex) for leaf in leaves):
+        # A Python number has no precision of its own, and a list of them is not an array.
+        raise StateMismatchError(
+            f"state leaves must be arrays, got {describe(state)} holding Python numbers; convert the "
+            "initial state with jnp.asarray(...) (e.g. jnp.array([1.0, 0.0, 0.0]))."
+        )
     dtypes = {jnp.result_type(leaf) for leaf in leaves}
     for d in dtypes:
         if not jnp.issubdtype(d, jnp.floating):
@@ -89,7 +123,7 @@ def check_precision(system, state_dtype, where: str, what: str = "the system") -
     wider = [
         jtu.keystr(path) or "(the value itself)"
         for path, leaf in jtu.tree_flatten_with_path(system)[0]
-        if isinstance(leaf, jax.Array | np.ndarray) and jnp.issubdtype(leaf.dtype, jnp.floating)
+        if isinstance(leaf, jax.Array | np.ndarray | np.generic) and jnp.issubdtype(leaf.dtype, jnp.floating)
         and not getattr(leaf, "weak_type", False)
         # a NumPy float64 array becomes float32 in JAX when x64 is off: judge what JAX will see
         and jnp.promote_types(jax.dtypes.canonicalize_dtype(leaf.dtype), state_dtype) != state_dtype
@@ -105,7 +139,7 @@ def check_precision(system, state_dtype, where: str, what: str = "the system") -
 def astype(tree, dtype):
     """Cast every floating-point array leaf of a pytree (a system, a state) to `dtype`."""
     return jtu.tree_map(
-        lambda x: x.astype(dtype) if isinstance(x, jax.Array | np.ndarray) and jnp.issubdtype(x.dtype, jnp.floating)
-        else x,
+        lambda x: x.astype(dtype)
+        if isinstance(x, jax.Array | np.ndarray | np.generic) and jnp.issubdtype(x.dtype, jnp.floating) else x,
         tree,
     )

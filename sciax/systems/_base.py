@@ -45,7 +45,7 @@ def check_components(y, n: int, system_name: str) -> None:
             raise StateMismatchError(
                 f"{system_name} expects a state of {n} components, got a tuple of {len(y)}."
             )
-    elif jnp.shape(y) != (n,):
+    elif np.shape(y) != (n,):  # np: a list is refused later (state_dtype) without JAX's deprecation warning
         raise StateMismatchError(
             f"{system_name} expects a state of shape ({n},), got {describe(y)}."
         )
