@@ -92,6 +92,7 @@ class _Progress:
         self.name, self.total, self.stream, self.enabled = name, total, stream, enabled
         self.tty = enabled and hasattr(stream, "isatty") and stream.isatty()
         self.last_print = -math.inf
+        self.width = 0  # length of the line now on the terminal
 
     def update(self, done: int, session_steps: int, elapsed: float, *, final: bool = False):
         if not self.enabled:
@@ -105,8 +106,9 @@ class _Progress:
         pct = 100.0 * done / self.total if self.total else 100.0
         line = (f"{self.name}: {done}/{self.total} steps ({pct:5.1f}%)  {rate:.3g} steps/s  "
                 f"ETA {_hms(eta)}")
-        if self.tty:
-            self.stream.write("\r" + line + ("\n" if final else ""))
+        if self.tty:  # padded over the previous line, which may have been longer
+            self.stream.write("\r" + line.ljust(self.width) + ("\n" if final else ""))
+            self.width = 0 if final else len(line)
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
@@ -345,7 +347,9 @@ class _Driver:
         if missing:
             raise ResumeError(f"cannot resume: chunk files {missing[:3]} listed in {lay.checkpoint} are missing "
                               "(were chunks/ deleted?). Run without --resume to start over.")
-        for p in lay.stale_temporaries():
+        # What the finished run wrote from its frames is rewritten when this session ends; until then
+        # it would describe the earlier, shorter run (a "completed" summary if this session dies).
+        for p in [*lay.stale_temporaries(), lay.summary, lay.trajectory, lay.plot]:
             p.unlink(missing_ok=True)
         self.state = state
         self.steps_done = meta["steps_done"]
@@ -519,6 +523,7 @@ class _Driver:
                 self._plot(status, non_finite)
                 files.append(lay.plot.name)
             except Exception as e:  # a picture must not cost the run's other outputs
+                lay.plot.unlink(missing_ok=True)  # nor may an earlier session's picture stand in for it
                 plot_error = f"{type(e).__name__}: {e}"
                 self.report.message(f"{self.sc.name}: warning: the plot failed ({plot_error}).")
         files += [lay.summary.name, lay.checkpoint.name, lay.chunks.name + "/"]

@@ -402,6 +402,86 @@ def test_ctrl_c_while_packaging_a_finished_run_still_writes_the_summary(tmp_path
     assert_same(load_trajectory(tmp_path / "trajectory.npz"), direct(s))
 
 
+def test_a_resume_that_fails_leaves_no_summary_or_trajectory_of_the_earlier_run(tmp_path, monkeypatch):
+    """The finished run's summary said "completed" after a resume that extended it had died,
+    and trajectory.npz / plot.png still showed the shorter run. A fresh run removes them; so now
+    does a resume, and the next resume rewrites them from the chunks."""
+    from sciax import runner
+
+    long = scenario(LORENZ)
+    short = dataclasses.replace(long, run=dataclasses.replace(long.run, n_steps=200))
+    assert run(short, tmp_path, progress=False).status == "completed"
+    assert (tmp_path / "summary.json").exists() and (tmp_path / "trajectory.npz").exists()
+
+    def disk_full(self, *args):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(runner._Driver, "_write_frames", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        run(long, tmp_path, resume=True, progress=False)
+    assert not (tmp_path / "summary.json").exists() and not (tmp_path / "trajectory.npz").exists()
+    monkeypatch.undo()
+    resumed = run(long, tmp_path, resume=True, progress=False)
+    assert resumed.status == "completed" and resumed.summary["resumed_from_step"] == 200
+    assert_same(load_trajectory(tmp_path / "trajectory.npz"), direct(long))
+
+
+def test_a_plot_that_fails_on_resume_removes_the_earlier_plot(tmp_path, monkeypatch):
+    from sciax import runner
+
+    with_plot = scenario(LORENZ.replace("plot = false", "plot = true"))
+    short = dataclasses.replace(with_plot, run=dataclasses.replace(with_plot.run, n_steps=200))
+    run(short, tmp_path, progress=False)
+    assert (tmp_path / "plot.png").exists()
+
+    def cannot_draw(self, *args):
+        (self.layout.plot).write_bytes(b"half a picture")
+        raise RuntimeError("cannot draw")
+
+    monkeypatch.setattr(runner._Driver, "_plot", cannot_draw)
+    result = run(with_plot, tmp_path, resume=True, progress=False)
+    assert result.status == "completed" and result.summary["plot_error"] == "RuntimeError: cannot draw"
+    assert not (tmp_path / "plot.png").exists() and "plot.png" not in result.summary["files"]
+
+
+def test_a_scenario_with_non_ascii_text_runs_and_its_copy_reloads_under_an_ascii_locale(tmp_path):
+    """The scenario copy was written in the locale's encoding and read back as UTF-8: under
+    LC_ALL=C a Greek letter aborted the run, and under Latin-1 the copy could not be loaded."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "greek.toml"
+    path.write_text(LORENZ.replace('name = "lorenz_test"', 'name = "lorenz_test"\ndescription = "σ, ρ, β: é"'),
+                    encoding="utf-8")
+    script = ("import sys; from sciax.runner import run; from sciax.scenario import load_scenario\n"
+              "run(load_scenario(sys.argv[1]), sys.argv[2], progress=False)\n"
+              "print(load_scenario(sys.argv[2] + '/scenario.toml').name)")
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    out = subprocess.run([sys.executable, "-c", script, str(path), str(tmp_path / "out")], env=env,
+                         capture_output=True, text=True, encoding="utf-8", timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["lorenz_test"]
+    assert "σ, ρ, β: é" in (tmp_path / "out" / "scenario.toml").read_text(encoding="utf-8")
+
+
+def test_progress_line_on_a_terminal_overwrites_a_longer_previous_line():
+    from sciax.runner import _Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Terminal()
+    progress = _Progress("lorenz", 2_000_000, stream, True)
+    progress.update(20_000, 20_000, 14.7)  # 1.36e+03 steps/s, ETA 0:24:16
+    progress.update(1_000_000, 1_000_000, 20.0)  # 5e+04 steps/s: a shorter line
+    screen = ""
+    for part in stream.getvalue().split("\r"):  # what a terminal shows after each carriage return
+        screen = part + screen[len(part):]
+    assert screen.rstrip() == "lorenz: 1000000/2000000 steps ( 50.0%)  5e+04 steps/s  ETA 0:00:20"
+
+
 def test_resume_refuses_changed_output_settings(tmp_path):
     run(scenario(LORENZ), tmp_path, progress=False, max_chunks=1)
     rows = (tmp_path / "states.csv").read_text()

@@ -31,7 +31,8 @@ def atomic_write(path, mode: str = "wb"):
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file ordinary permissions
-        with os.fdopen(fd, mode) as f:
+        # Text as UTF-8 whatever the locale: scenario copies are read back as UTF-8.
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
