@@ -261,6 +261,24 @@ def test_covariance_is_nan_with_fewer_residuals_than_unknowns():
     np.testing.assert_allclose(cov, np.linalg.inv(np.array([[1.0, 2.0], [2.0, 5.0]])), rtol=1e-13)
 
 
+def test_messages_say_why_standard_errors_are_nan():
+    """Two observations for two unknowns leave no residual degrees of freedom: the standard
+    errors were NaN with converged=True and an empty message (SciPy's curve_fit warns)."""
+    exact = sciax.fit(GUESS, Y0, TIMES[[10, 30]], CLEAN[[10, 30]], params=("omega", "zeta"), observe=position,
+                      rollout=ROLLOUT, t0=0.0, transforms=TRANSFORMS, **TOL)
+    assert exact.converged and np.isnan(exact.standard_errors["omega"])
+    assert "2 residuals for 2 unknowns leave no degrees of freedom" in exact.message and "`sigma`" in exact.message
+    given = sciax.fit(GUESS, Y0, TIMES[[10, 30]], CLEAN[[10, 30]], params=("omega", "zeta"), observe=position,
+                      rollout=ROLLOUT, t0=0.0, transforms=TRANSFORMS, sigma=0.05, **TOL)
+    assert given.message == "" and np.isfinite(given.standard_errors["omega"])
+    # Undriven (drive_amplitude = 0): drive_frequency changes nothing, so J has a zero column.
+    blind = fit_oscillator(noisy(4), params=("omega", "zeta", "drive_frequency"), sigma=0.05,
+                           transforms={**TRANSFORMS, "drive_frequency": Positive()})
+    assert blind.converged and all(np.isnan(e) for e in blind.standard_errors.values())
+    assert "some combination of the fitted values is not identifiable" in blind.message
+    assert "every standard error" in blind.message
+
+
 def test_covariance_rank_test_does_not_depend_on_parameter_units():
     """Columns 10^7 apart through the units alone (float32): the unscaled SVD called this
     well-posed Jacobian rank-deficient and returned NaN. Reference: float64 (JᵀJ)⁻¹."""
@@ -528,6 +546,21 @@ def test_particle_system_recovery_with_mask_fixed_values_and_initial_state():
     assert np.all(velocity_error < 3 * np.asarray(result.state0_standard_errors.velocities))
 
 
+def test_auto_jacobian_takes_reverse_mode_for_a_reversible_adjoint():
+    """Few unknowns make "auto" pick forward mode, which ReversibleAdjoint cannot do: the default
+    fit raised and asked for jacobian="reverse". Auto now takes the mode the rollout supports."""
+    kw = dict(params=("stiffness", "masses"), observe=chain_positions,
+              transforms={"stiffness": Positive(), "masses": Fixed()}, **TOL)
+    guess = MassSpringChain(masses=jnp.array([1.0, 2.0, 1.5]), stiffness=jnp.array([2.0, 6.0]))
+    reversible = sciax.fit(guess, CHAIN_STATE, CHAIN_TIMES, CHAIN_POSITIONS,
+                           rollout=Simulate(VelocityVerlet(), dt=0.01, adjoint=sciax.ReversibleAdjoint()), **kw)
+    assert reversible.converged
+    np.testing.assert_allclose(reversible.params["stiffness"], [3.0, 5.0], rtol=1e-8)
+    with pytest.raises(ValueError, match="ReversibleAdjoint supports reverse mode only"):
+        sciax.fit(guess, CHAIN_STATE, CHAIN_TIMES, CHAIN_POSITIONS, jacobian="forward",
+                  rollout=Simulate(VelocityVerlet(), dt=0.01, adjoint=sciax.ReversibleAdjoint()), **kw)
+
+
 def test_masked_value_matters_when_not_masked():
     """Control for the mask test: the same outlier left unmasked moves the fit."""
     corrupted = CLEAN.copy()
@@ -623,6 +656,25 @@ def test_multiple_shooting_segments_do_not_integrate_past_their_last_observation
     np.testing.assert_allclose(results[0].params["a"], results[1].params["a"], rtol=1e-10)
 
 
+def test_float32_times_that_start_at_t0_are_accepted():
+    """float32(0.7) = 0.69999999: the t0 check compared it exactly with t0 = 0.7 and refused it,
+    though the step-grid check allows for the times' own rounding."""
+    start = 7  # frame 7 is t = 0.7
+    y_start = sciax.simulate(TRUTH, Y0, integrator=RK4(), dt=DT, n_steps=70, save_every=70).final_state
+    times32 = TIMES[start:].astype(np.float32)
+    assert float(times32[0]) < 0.7
+    result = sciax.fit(GUESS, y_start, times32, CLEAN[start:], params=("omega", "zeta"), observe=position,
+                       rollout=ROLLOUT, transforms=TRANSFORMS, t0=0.7, **TOL)
+    assert result.converged
+    np.testing.assert_allclose([result.params["omega"], result.params["zeta"]], [2.0, 0.1], rtol=1e-7)
+
+
+def test_observations_as_python_lists_fit_like_the_array():
+    array = fit_oscillator(noisy(3))
+    listed = fit_oscillator(noisy(3).tolist())
+    assert listed.params == array.params and listed.n_observations == 201
+
+
 class TestBadInput:
     def test_nan_without_mask(self):
         data = CLEAN.copy()
@@ -696,6 +748,31 @@ class TestBadInput:
         with pytest.raises(ValueError, match="`sigma` .* must be positive and finite"):
             fit_oscillator(CLEAN, sigma=sigma)
 
+    def test_a_weight_of_zero_is_named_and_pointed_to_the_mask(self):
+        """sigma = 1/sqrt(w) with w = 0 is inf: the message gave the minimum (a valid sigma) and
+        suggested sigma = 1/sqrt(w), which was what the user had done."""
+        weights = np.ones(CLEAN.shape)
+        weights[7] = 0.0
+        with np.errstate(divide="ignore"):
+            sigma = 0.05 / np.sqrt(weights)
+        with pytest.raises(ValueError, match=r"got sigma\[7\] = inf \(1 such value\(s\)\).*an observation of "
+                                             r"weight 0 is missing: mark it False in `mask`"):
+            fit_oscillator(CLEAN, sigma=sigma)
+
+    @pytest.mark.parametrize("name", ["sigma", "mask"])
+    def test_sigma_or_mask_dict_missing_a_leaf_of_observed(self, name):
+        """A dict has ndim 0, so it was broadcast to every leaf as if it were a scalar, and the
+        mismatch surfaced as "must hold real numbers" / "must be boolean"."""
+        def both(y):
+            return {"x": y[0], "v": y[1]}
+
+        traj = sciax.simulate(TRUTH, Y0, integrator=RK4(), dt=DT, n_steps=2000, save_every=10)
+        observed = {"x": np.asarray(traj.states[:, 0]), "v": np.asarray(traj.states[:, 1])}
+        partial = {"x": 0.05} if name == "sigma" else {"x": np.ones(201, bool)}
+        with pytest.raises(ValueError, match=f"`{name}` must be a scalar, an array broadcastable to `observed`, or "
+                                             "a pytree with the structure of `observed`; got dict"):
+            sciax.fit(GUESS, Y0, TIMES, observed, params="omega", observe=both, rollout=ROLLOUT, **{name: partial})
+
     @pytest.mark.parametrize("kwargs, error, match", [
         (dict(sigma="0.05"), TypeError, r"`sigma` .* must hold real numbers, got .* dtype <U4"),
         (dict(sigma=[None]), TypeError, r"`sigma` .* must hold real numbers, got .* dtype object"),
@@ -733,6 +810,14 @@ class TestBadInput:
             fit_oscillator(CLEAN, solver="newton")
         with pytest.raises(ValueError, match="`jacobian` must be 'auto', 'forward' or 'reverse'"):
             fit_oscillator(CLEAN, jacobian="central")
+
+    def test_solve_tolerances_accept_any_real_number_and_refuse_others(self):
+        rollout = sciax.Solve(rtol=np.float32(1e-6), atol=np.float64(1e-8), dt0=np.int64(1))
+        assert (rollout.rtol, rollout.atol, rollout.dt0) == (float(np.float32(1e-6)), 1e-8, 1.0)
+        assert type(rollout.rtol) is float  # a static field: a plain, hashable number
+        for bad in (True, "1e-6", -1e-6, float("nan")):
+            with pytest.raises(ValueError, match=r"Solve: `rtol` must be a positive, finite number or None"):
+                sciax.Solve(rtol=bad)
 
     def test_bounded_needs_ordered_bounds(self):
         with pytest.raises(ValueError, match="lower < upper"):

@@ -47,6 +47,8 @@ def check_times(times, t0):
     t0 = float(times[0]) if t0 is None else real_scalar("t0", t0)
     if not np.isfinite(t0):
         raise ValueError(f"fit: `t0` must be a finite time, got {t0!r}.")
+    if t0 - eps * 8 * (abs(t0) + abs(times[0])) <= times[0] < t0:
+        times[0] = t0  # t0 given in the times' own (e.g. float32) rounding: 0.7 -> 0.69999999
     if times[0] < t0:
         raise ValueError(
             f"fit: observation times must lie in the integration range [t0, ...) with t0 = {t0:.10g}; "
@@ -64,8 +66,10 @@ def check_times(times, t0):
 def check_observed(observed, n_times, expected, dtype):
     """Leaves of `observed` as numpy arrays, checked against the model output `expected`, and
     per leaf the entries a NumPy masked array marks as missing (None for a plain array)."""
-    leaves, treedef = jtu.tree_flatten(observed)
     exp_leaves, exp_def = jtu.tree_flatten(expected)
+    if isinstance(observed, list | tuple) and jtu.treedef_is_leaf(exp_def):
+        observed = np.asarray(observed)  # rows of numbers (e.g. from .tolist()): one array, as measured
+    leaves, treedef = jtu.tree_flatten(observed)
     if treedef != exp_def:
         raise ValueError(
             f"fit: `observed` has the structure {treedef} but `observe(state)` returns {exp_def}; pass "
@@ -101,7 +105,12 @@ def _as_leaves(value, treedef, shapes, what):
     try:
         leaves = treedef.flatten_up_to(value)
     except (ValueError, TypeError):
-        leaves = [value] * len(shapes) if len(shapes) == 1 or np.ndim(value) == 0 else None
+        # One value for every leaf: a scalar, or anything array-like for a single leaf; never a
+        # dict or other container whose structure differs from `observed`'s.
+        container = not jtu.treedef_is_leaf(jtu.tree_structure(value))
+        broadcast = len(shapes) == 1 and (not container or isinstance(value, list | tuple)) or \
+            not container and np.ndim(value) == 0
+        leaves = [value] * len(shapes) if broadcast else None
         if leaves is None:
             raise ValueError(
                 f"fit: `{what}` must be a scalar, an array broadcastable to `observed`, or a pytree with "
@@ -160,10 +169,15 @@ def check_mask_sigma(obs_leaves, treedef, times, mask, sigma, missing):
                     f"fit: `sigma` (the standard deviation of each observation) must hold real numbers, "
                     f"got {describe(s)}."
                 )
-            if not np.all(np.isfinite(s) & (s > 0)):
+            bad = ~(np.isfinite(s) & (s > 0))
+            if np.any(bad):
+                idx = np.argwhere(bad)[0] if s.ndim else []
+                at = f"sigma{list(map(int, idx))} = " if len(idx) else "sigma = "
                 raise ValueError(
                     f"fit: `sigma` (the standard deviation of each observation) must be positive and "
-                    f"finite everywhere, got minimum {float(np.min(s)):.10g}. For weights w pass sigma = 1/sqrt(w)."
+                    f"finite everywhere, got {at}{float(s[tuple(idx)]):.10g} ({int(bad.sum())} such value(s)). "
+                    "For weights w pass sigma = 1/sqrt(w); an observation of weight 0 is missing: mark it "
+                    "False in `mask` instead."
                 )
     return mask_leaves, sigma_leaves, given
 

@@ -29,6 +29,10 @@ def choose_solver(solver, jacobian, rtol, atol, dtype, problem):
     if mode == "auto":
         n_residuals = problem.n_data + (problem.n_segments - 1) * problem.layout.size
         mode = "fwd" if problem.n_unknowns <= n_residuals else "bwd"
+        try:  # a rollout that differentiates one way only (e.g. ReversibleAdjoint) decides
+            problem.rollout.check_jacobian(mode)
+        except ValueError:
+            mode = {"fwd": "bwd", "bwd": "fwd"}[mode]
     given_tolerances = rtol is not None or atol is not None
     default_tol = 1e-8 if jnp.finfo(dtype).bits >= 64 else 1e-5
     rtol = default_tol if rtol is None else real_scalar("rtol", rtol)
@@ -306,8 +310,13 @@ def package(problem, segment_states, out, mode, scale_covariance, compilation="o
         converged = False
         message = ("the residuals at the returned point are not finite (NaN/Inf). " + message).strip()
     elif converged and not full_rank:
-        message = ("converged, but the Jacobian is rank-deficient at the optimum: some fitted values "
-                   "are not identifiable from these data, and their covariance is NaN.")
+        message = ("converged, but the Jacobian is rank-deficient at the optimum: some combination of "
+                   "the fitted values is not identifiable from these data, so the covariance (every "
+                   "standard error) is NaN.")
+    elif converged and scale_covariance and not np.isfinite(residual_variance):
+        message = (f"converged, but {r.shape[0]} residuals for {problem.n_unknowns} unknowns leave no degrees "
+                   "of freedom to estimate the noise from the residuals, so the standard errors are NaN; "
+                   "give the noise as `sigma` (the covariance is then not rescaled).")
     return FitResult(
         params=params,
         standard_errors=errors,

@@ -4,6 +4,7 @@ of save times, from a start state at a start time. Segments are batched with `vm
 """
 
 import math
+import numbers
 
 import equinox as eqx
 import jax
@@ -212,6 +213,12 @@ class _SolvePlan(eqx.Module):
     ts: jax.Array  # (n_segments, n_save); short segments repeat their last time
 
 
+def _real_as_float(value):
+    """A real number (e.g. np.float32(1e-6)) as a Python float, for a static field; anything
+    else as given, for `__check_init__` to refuse."""
+    return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else value
+
+
 class Solve(AbstractRollout):
     """Integrate with `sciax.solve` (Diffrax; adaptive steps, stiff solvers, any save times).
 
@@ -235,9 +242,9 @@ class Solve(AbstractRollout):
     """
 
     solver: object = "tsit5"
-    rtol: float | None = eqx.field(static=True, default=1e-8)
-    atol: float | None = eqx.field(static=True, default=1e-10)
-    dt0: float | None = eqx.field(static=True, default=None)
+    rtol: float | None = eqx.field(static=True, default=1e-8, converter=_real_as_float)
+    atol: float | None = eqx.field(static=True, default=1e-10, converter=_real_as_float)
+    dt0: float | None = eqx.field(static=True, default=None, converter=_real_as_float)
     max_steps: int = eqx.field(static=True, default=100_000)
     adjoint: object = None
 
@@ -246,8 +253,9 @@ class Solve(AbstractRollout):
             raise ValueError("Solve: constant steps (rtol=None) need a step `dt0`.")
         for name in ("rtol", "atol", "dt0"):
             value = getattr(self, name)
-            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"Solve: `{name}` must be a positive float or None, got {value!r}.")
+            if value is not None and not (isinstance(value, numbers.Real) and not isinstance(value, bool)
+                                          and math.isfinite(value) and value > 0):
+                raise ValueError(f"Solve: `{name}` must be a positive, finite number or None, got {value!r}.")
 
     def check_jacobian(self, mode):
         name = self.adjoint if isinstance(self.adjoint, str) else type(self.adjoint).__name__
