@@ -48,7 +48,8 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None, *,
     **Returns:** the cache directory (a `Path`; the URL string for a remote cache).
 
     Takes effect for every compile after the call, including programs already compiled in
-    this process when they are compiled again. Safe to call more than once.
+    this process when they are compiled again. Safe to call more than once. It switches JAX's
+    cache on (`jax_enable_compilation_cache`) if it was off.
     """
     if isinstance(min_compile_time_s, bool) or not isinstance(min_compile_time_s, (int, float)) \
             or not min_compile_time_s >= 0:
@@ -69,6 +70,7 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None, *,
         path = str(local)
     from jax.experimental.compilation_cache import compilation_cache
 
+    jax.config.update("jax_enable_compilation_cache", True)  # off by JAX_ENABLE_COMPILATION_CACHE=false, say
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_s))
     compilation_cache.reset_cache()  # so that a cache checked (and found off) earlier is re-read

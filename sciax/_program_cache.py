@@ -95,32 +95,37 @@ def directory() -> Path | None:
 # Keys
 # ---------------------------------------------------------------------------------------------
 
-_environment = None
+def _code_digest() -> bytes:
+    """Python's and the libraries' versions and sciax's source."""
+    import importlib
+    import importlib.metadata
+
+    h = hashlib.sha256(_FORMAT)
+    h.update(sys.version.encode())
+    for name in ("jax", "jaxlib", "numpy", "equinox", "optimistix", "lineax", "diffrax"):
+        try:
+            module = importlib.import_module(name)
+            version = getattr(module, "__version__", None) or importlib.metadata.version(name)
+        except Exception:  # not installed (or no version): part of the key all the same
+            version = "?"
+        h.update(f"{name}={version};".encode())
+    package = Path(__file__).resolve().parent
+    for path in sorted(package.rglob("*.py")):
+        h.update(str(path.relative_to(package)).encode())
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.digest()
+
+
+# Read when sciax is imported, so that it describes the code this process runs: read at the first
+# fit, a source edited or upgraded in between was filed as the key of the old code's programs,
+# and later processes running the new code loaded them.
+_ENVIRONMENT = _code_digest()
 
 
 def _environment_digest() -> bytes:
-    """Versions and sciax's source, once per process; `jax.config` and the backend are read at
-    every key (they can change within a process)."""
-    global _environment
-    if _environment is None:
-        import importlib
-        import importlib.metadata
-
-        h = hashlib.sha256(_FORMAT)
-        h.update(sys.version.encode())
-        for name in ("jax", "jaxlib", "numpy", "equinox", "optimistix", "lineax", "diffrax"):
-            try:
-                module = importlib.import_module(name)
-                version = getattr(module, "__version__", None) or importlib.metadata.version(name)
-            except Exception:  # not installed (or no version): part of the key all the same
-                version = "?"
-            h.update(f"{name}={version};".encode())
-        package = Path(__file__).resolve().parent
-        for path in sorted(package.rglob("*.py")):
-            h.update(str(path.relative_to(package)).encode())
-            h.update(hashlib.sha256(path.read_bytes()).digest())
-        _environment = h.digest()
-    h = hashlib.sha256(_environment)
+    """The code's digest (`_ENVIRONMENT`), with `jax.config` and the backend read at every key
+    (they can change within a process)."""
+    h = hashlib.sha256(_ENVIRONMENT)
     for name, value in sorted(jax.config.values.items()):
         if name.startswith(_NOT_IN_KEY):
             continue

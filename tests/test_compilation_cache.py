@@ -28,8 +28,8 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def _child(cache_dir):
-    env = dict(os.environ)
+def _child(cache_dir, **environment):
+    env = dict(os.environ, **environment)
     env.pop("XLA_FLAGS", None)
     out = subprocess.run([sys.executable, "-c", CHILD, str(cache_dir)], capture_output=True, text=True,
                          cwd=ROOT, env=env, timeout=300)
@@ -45,6 +45,14 @@ def test_second_process_loads_compiled_programs_from_disk(tmp_path):
     second = _child(cache)
     assert second["hits"] >= 1
     assert second["final"] == first["final"]  # the cached program computes the same numbers
+
+
+def test_it_switches_jax_s_cache_on_when_the_environment_had_it_off(tmp_path):
+    """It set the directory but left `jax_enable_compilation_cache` False: nothing was kept,
+    and the returned path suggested otherwise."""
+    first = _child(tmp_path, JAX_ENABLE_COMPILATION_CACHE="false")
+    assert any(tmp_path.iterdir()), "nothing was written to the cache"
+    assert _child(tmp_path, JAX_ENABLE_COMPILATION_CACHE="false")["hits"] >= 1 and first["hits"] == 0
 
 
 def test_default_directory_follows_environment(monkeypatch, tmp_path):

@@ -116,6 +116,30 @@ def test_the_key_follows_what_the_program_computes():
     assert len(set(keys)) == 3
 
 
+# Computes a toy program's key in a fresh process; with "edit", every sciax source file reads as
+# edited from then on (sciax upgraded or edited on disk after this process imported it).
+KEY_CHILD = textwrap.dedent("""
+    import pathlib, sys
+    import jax.numpy as jnp
+    from sciax._program_cache import ProgramCache
+    if sys.argv[1] == "edit":
+        read = pathlib.Path.read_bytes
+        pathlib.Path.read_bytes = lambda self: read(self) + (b"# edited" if self.suffix == ".py" else b"")
+    toy = ProgramCache(lambda a, c: 2 * a, lambda a, c: 2 * a, config=(1,), name="toy")
+    print(toy.key(jnp.arange(3.0), 0))
+""")
+
+
+def test_the_key_describes_the_code_the_process_imported():
+    """sciax's source was hashed at the first fit: a process that had imported the old code
+    before an edit or upgrade filed the old code's program under the new code's key, and later
+    processes running the new code loaded it (a different fit than without the cache)."""
+    keys = [subprocess.run([sys.executable, "-c", KEY_CHILD, mode], capture_output=True, text=True, cwd=ROOT,
+                           timeout=300) for mode in ("plain", "edit")]
+    assert all(k.returncode == 0 for k in keys), [k.stderr[-2000:] for k in keys]
+    assert keys[0].stdout == keys[1].stdout and len(keys[0].stdout.strip()) == 64
+
+
 @jax.custom_jvp
 def _user_rule(x):
     return jnp.sin(x)
