@@ -14,10 +14,11 @@ LLVM folds `fadd x, -0.0` to x, so no addition is left in the loop. That folding
 exact on XLA:CPU, which flushes subnormals to zero in arithmetic: the tests check ±0, ±inf, NaN
 and subnormals bit for bit. Without LLVM's optimisation (`xla_backend_optimization_level=0`,
 which `fit(compilation="fast")` uses) the addition stays, and a subnormal passing through the
-hint is flushed to zero, as it would be by any arithmetic in the step. Arrays are grouped by shape and dtype (a variadic reduce needs one
-shape, and XLA one precision); a group of one is left alone, and so are booleans and floating
-types narrower than 32 bits (XLA:CPU computes those in float32 and converts back: no single
-loop, and NaN payloads are canonicalised). On other platforms the hint is lowered to nothing:
+hint is flushed to zero, as it would be by any arithmetic in the step.
+Arrays are grouped by shape and dtype (a variadic reduce needs one shape, and XLA one
+precision); a group of one is left alone, and so are booleans and floating types narrower than
+32 bits (XLA:CPU computes those in float32 and converts back: no single loop, and NaN payloads
+are canonicalised). On other platforms the hint is lowered to nothing:
 XLA:GPU fuses multiple outputs itself.
 
 Differentiation. The hint is a linear primitive (the identity). Its tangent is the same hint,

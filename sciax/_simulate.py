@@ -108,6 +108,7 @@ def simulate(
         check_finite_state("simulate", "state0", state0)
     check_time_scalar("simulate", "dt", dt, dtype, positive=True)
     check_time_scalar("simulate", "t0", t0, dtype)
+    _check_time_resolution(t0, dt, step_offset, n_steps, dtype)  # on the host values, before conversion
     dt = jnp.asarray(dt, dtype=dtype)
     t0 = jnp.asarray(t0, dtype=dtype)
     observables = {name: by_code(fn) for name, fn in (observables or {}).items()}  # a new lambda: no recompile
@@ -116,7 +117,6 @@ def simulate(
     if jnp.ndim(step_offset) != 0 or not jnp.issubdtype(step_offset.dtype, jnp.integer):
         raise TypeError(f"`step_offset` must be an integer scalar, got {describe(step_offset)}.")
     _check_step_counter(step_offset, n_steps)
-    _check_time_resolution(t0, dt, step_offset, n_steps)
     if key is not None and is_concrete(step_offset) and int(step_offset) + n_steps > _MAX_KEYED_STEPS:
         raise ValueError(
             f"simulate: a stochastic run can take at most 2**32 steps: the key of step n is "
@@ -152,19 +152,20 @@ def _check_step_counter(step_offset, n_steps):
             "for longer runs.")
 
 
-def _check_time_resolution(t0, dt, step_offset, n_steps):
+def _check_time_resolution(t0, dt, step_offset, n_steps, dtype):
     """Warn when the times t0 + n dt cannot be told apart in the state's precision: in float32
     near t = 3e7 representable times are 2 apart, so with a step of 1e-3 every saved time reads
     t0, and a time-dependent vector field is evaluated at the wrong times (an autonomous
     system's states are unaffected). A warning, not an error: long float32 runs of autonomous
     systems are common and their states are right."""
-    if not (is_concrete(t0) and is_concrete(dt) and is_concrete(step_offset)):
-        return
-    t_far = abs(float(t0)) + (abs(int(step_offset)) + n_steps) * float(dt)
-    spacing = float(np.spacing(np.asarray(t_far, dtype=dt.dtype)))
-    if float(dt) <= spacing:
+    if not (is_concrete(t0) and is_concrete(dt) and is_concrete(step_offset)) or np.ndim(step_offset) != 0:
+        return  # (a non-scalar step_offset is refused later)
+    t0, dt = (float(np.asarray(x).astype(dtype)) for x in (t0, dt))
+    t_far = abs(t0) + (abs(int(step_offset)) + n_steps) * dt
+    spacing = float(np.spacing(np.asarray(t_far, dtype=dtype)))
+    if dt <= spacing:
         warnings.warn(
-            f"simulate: `dt` = {float(dt):g} is not above the spacing {spacing:g} of {dt.dtype} times near "
+            f"simulate: `dt` = {dt:g} is not above the spacing {spacing:g} of {np.dtype(dtype).name} times near "
             f"t = {t_far:g}, so the times t0 + n dt round onto each other: the saved times are wrong, and so "
             "are the states of a time-dependent system. Use float64, or measure time from a nearer origin.",
             RuntimeWarning, stacklevel=4)
@@ -188,8 +189,10 @@ def _validate(system, state0, integrator, dt, n_steps, save_every, key, observab
             f"ReversibleAdjoint needs a deterministic time-reversible integrator (VelocityVerlet, "
             f"Leapfrog, Yoshida4), got {type(integrator).__name__}; use CheckpointAdjoint() instead."
         )
-    integrator.check_system(system)
-    system.check_state(state0)
+    # Called through the class: Equinox wraps a method looked up on an instance in a new
+    # bound-method module, ~17 µs each (jax 0.10.2, equinox 0.13.8): 55 µs of a 300 µs call.
+    type(integrator).check_system(integrator, system)
+    type(system).check_state(system, state0)
     dtype = state_dtype(state0)
     check_precision(system, dtype, "simulate")
     check_precision(integrator, dtype, "simulate", what="the integrator")

@@ -149,7 +149,7 @@ def _validate(system, y0, t0, t1, save_at, rtol, atol, dt0, observables, throw):
             "solve: `system` must be a sciax ODE system (AbstractODE, not an SDE: use "
             f"simulate with a stochastic integrator for those), got {type(system).__name__}."
         )
-    system.check_state(y0)
+    type(system).check_state(system, y0)  # not a bound method: see simulate's _validate
     dtype = state_dtype(y0)
     check_finite_state("solve", "y0", y0)
     check_precision(system, dtype, "solve")
