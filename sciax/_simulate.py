@@ -105,7 +105,10 @@ def simulate(
     )
     check_precision(args, dtype, "simulate", what="`args`")
     if check_finite:  # it waits for the run anyway
-        check_finite_state("simulate", "state0", state0)
+        try:
+            check_finite_state("simulate", "state0", state0)
+        except ValueError as e:  # the error check_finite documents, at frame 0
+            raise NonFiniteStateError(str(e), frame=0, time=float(t0) if is_concrete(t0) else None) from None
     check_time_scalar("simulate", "dt", dt, dtype, positive=True)
     check_time_scalar("simulate", "t0", t0, dtype)
     _check_time_resolution(t0, dt, step_offset, n_steps, dtype)  # on the host values, before conversion

@@ -50,9 +50,14 @@ def check_time_scalar(where: str, name: str, value, dtype, *, positive: bool = F
     if is_concrete(value):
         with np.errstate(over="ignore", under="ignore"):
             cast = float(np.asarray(value).astype(dtype))
-        if not math.isfinite(cast) or (positive and cast <= 0):
+
+        def valid(x):
+            return math.isfinite(x) and (x > 0 or not positive)
+
+        if not valid(cast):
             need = "positive and finite" if positive else "finite"
-            got = f"{float(value)!r}" if float(value) == cast else f"{float(value)!r}, which is {cast!r} in {dtype}"
+            got = f"{float(value)!r}" if not valid(float(value)) else \
+                f"{float(value)!r}, which is {cast!r} in {jnp.dtype(dtype).name}"
             raise ValueError(f"{where}: `{name}` must be {need}, got {got}.")
 
 
@@ -74,8 +79,10 @@ def state_dtype(state):
     leaves = jtu.tree_leaves(state)
     if not leaves:
         raise StateMismatchError("the state has no array leaves; expected floating arrays.")
-    if any(isinstance(leaf, bool | int | float | complex) for leaf in leaves):
-        # A Python number has no precision of its own, and a list of them is not an array.
+    if not jtu.treedef_is_leaf(jtu.tree_structure(state)) and any(
+            type(leaf) in (bool, int, float, complex) for leaf in leaves):
+        # A list or tuple of Python numbers is not an array (it failed inside the traced step);
+        # a bare Python float and NumPy scalars (np.float64 subclasses float) are fine.
         raise StateMismatchError(
             f"state leaves must be arrays, got {describe(state)} holding Python numbers; convert the "
             "initial state with jnp.asarray(...) (e.g. jnp.array([1.0, 0.0, 0.0]))."

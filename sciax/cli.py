@@ -45,11 +45,14 @@ def info(stream=None) -> None:
 
 
 def _run(args) -> int:
+    import jax
+
     from ._errors import NonFiniteStateError
     from .runner import run
     from .scenario import ScenarioError, load_scenario
 
-    if not args.no_compilation_cache:
+    # JAX_ENABLE_COMPILATION_CACHE=false (JAX's own switch) counts as --no-compilation-cache.
+    if not args.no_compilation_cache and jax.config.jax_enable_compilation_cache:
         from ._compilation_cache import enable_compilation_cache
 
         try:
@@ -114,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-compilation-cache", action="store_true",
                    help="do not keep compiled programs on disk (default: kept in $SCIAX_CACHE_DIR, else "
                         "$XDG_CACHE_HOME/sciax/jax or ~/.cache/sciax/jax, so a second run of a scenario skips "
-                        "most compilation)")
+                        "most compilation; also off with JAX_ENABLE_COMPILATION_CACHE=false)")
     return parser
 
 

@@ -111,6 +111,14 @@ def test_run_keeps_compiled_programs_in_the_cache_directory_unless_told_not_to(t
     assert main(["run", str(LORENZ), "--out", str(tmp_path / "b"), "--n-steps", "400", "--quiet"]) == 0
     assert jax.config.jax_compilation_cache_dir == str(tmp_path / "cache")
     assert (tmp_path / "cache").is_dir()
+    # JAX's own switch, off, is respected too (enable_compilation_cache() itself switches it on).
+    monkeypatch.setenv("SCIAX_CACHE_DIR", str(tmp_path / "cache2"))
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        assert main(["run", str(LORENZ), "--out", str(tmp_path / "c"), "--n-steps", "400", "--quiet"]) == 0
+        assert not (tmp_path / "cache2").exists() and not jax.config.jax_enable_compilation_cache
+    finally:
+        jax.config.update("jax_enable_compilation_cache", True)
 
 
 def test_ctrl_c_while_reading_the_scenario_exits_130(tmp_path, monkeypatch, capsys):

@@ -667,6 +667,11 @@ def test_float32_times_that_start_at_t0_are_accepted():
                        rollout=ROLLOUT, transforms=TRANSFORMS, t0=0.7, **TOL)
     assert result.converged
     np.testing.assert_allclose([result.params["omega"], result.params["zeta"]], [2.0, 0.1], rtol=1e-7)
+    # Two float32 times that both round onto t0 are one time, not two increasing ones.
+    twice = np.concatenate([[np.nextafter(times32[0], np.float32(0))], times32])
+    with pytest.raises(ValueError, match=r"strictly increasing; times\[0\] = 0.7 is followed by times\[1\] = 0.7"):
+        sciax.fit(GUESS, y_start, twice, CLEAN[start - 1:], params=("omega", "zeta"), observe=position,
+                  rollout=ROLLOUT, transforms=TRANSFORMS, t0=0.7, **TOL)
 
 
 def test_observations_as_python_lists_fit_like_the_array():
@@ -758,6 +763,13 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"got sigma\[7\] = inf \(1 such value\(s\)\).*an observation of "
                                              r"weight 0 is missing: mark it False in `mask`"):
             fit_oscillator(CLEAN, sigma=sigma)
+        masked = np.ones(CLEAN.shape, bool)
+        masked[7] = False  # already missing: no advice to mask it
+        with pytest.raises(ValueError, match=r"including at masked entries; got sigma\[7\] = inf \(1 such "
+                                             r"value\(s\)\)\. For weights w pass sigma = 1/sqrt\(w\)\.$"):
+            fit_oscillator(CLEAN, sigma=sigma, mask=masked)
+        with pytest.raises(ValueError, match=r"got sigma = 0\. For weights"):  # a scalar is named as given
+            fit_oscillator(CLEAN, sigma=0.0)
 
     @pytest.mark.parametrize("name", ["sigma", "mask"])
     def test_sigma_or_mask_dict_missing_a_leaf_of_observed(self, name):

@@ -299,8 +299,13 @@ class TestBadInput:
 
     @pytest.mark.parametrize("t0", [float("nan"), float("inf"), jnp.array([0.0, 1.0])])
     def test_bad_t0(self, t0):
-        with pytest.raises(ValueError, match="simulate: `t0` must be (finite|a scalar)"):
-            self.run(t0=t0)
+        with pytest.raises(ValueError, match=r"simulate: `t0` must be (finite, got (nan|inf)\.$|a scalar)"):
+            self.run(t0=t0, state=Y0.astype(jnp.float32))  # a value bad as given is not blamed on the cast
+
+    def test_numpy_scalars_in_a_tuple_state_are_arrays(self):
+        """tuple(np.array(...)) holds np.float64, a subclass of float: still a valid state."""
+        by_tuple = self.run(state=tuple(np.array([1.0, 1.0, 1.0])))
+        np.testing.assert_array_equal(by_tuple.final_state, self.run().final_state)
 
     @pytest.mark.parametrize(("dt", "cast"), [(1e-46, "0.0"), (1e39, "inf")])
     def test_dt_that_is_zero_or_inf_in_the_states_precision(self, dt, cast):
@@ -311,9 +316,10 @@ class TestBadInput:
 
     def test_nan_initial_state_is_named_when_the_run_checks_finiteness(self):
         bad = Y0.at[1].set(jnp.nan)
-        with pytest.raises(ValueError, match=r"simulate: `state0` holds NaN or Inf \(1 value\(s\), the first at "
-                                             r"state0\[1\]\)"):
+        with pytest.raises(sciax.NonFiniteStateError, match=r"simulate: `state0` holds NaN or Inf \(1 value\(s\), "
+                                                           r"the first at state0\[1\]\)") as info:
             self.run(state=bad, check_finite=True)
+        assert info.value.frame == 0 and info.value.time == 0.0
         assert not self.run(state=bad).finite.any()  # without the check: reported per frame, as before
 
 

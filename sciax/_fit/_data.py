@@ -37,6 +37,12 @@ def check_times(times, t0):
     times = times.astype(np.float64)
     if not np.all(np.isfinite(times)):
         raise ValueError(f"fit: `times` must be finite; times[{int(np.flatnonzero(~np.isfinite(times))[0])}] is not.")
+    if t0 is not None:
+        t0 = real_scalar("t0", t0)
+        if not np.isfinite(t0):
+            raise ValueError(f"fit: `t0` must be a finite time, got {t0!r}.")
+        # t0 given in the times' own (e.g. float32) rounding: 0.7 -> 0.69999999 is t0.
+        times[(times < t0) & (times >= t0 - eps * 8 * (abs(t0) + np.abs(times)))] = t0
     bad = np.flatnonzero(np.diff(times) <= 0)
     if bad.size:
         i = int(bad[0])
@@ -44,11 +50,8 @@ def check_times(times, t0):
             f"fit: `times` must be strictly increasing; times[{i}] = {float(times[i]):.10g} is followed by "
             f"times[{i + 1}] = {float(times[i + 1]):.10g}. Sort the observations by time (and merge repeats)."
         )
-    t0 = float(times[0]) if t0 is None else real_scalar("t0", t0)
-    if not np.isfinite(t0):
-        raise ValueError(f"fit: `t0` must be a finite time, got {t0!r}.")
-    if t0 - eps * 8 * (abs(t0) + abs(times[0])) <= times[0] < t0:
-        times[0] = t0  # t0 given in the times' own (e.g. float32) rounding: 0.7 -> 0.69999999
+    if t0 is None:
+        t0 = float(times[0])
     if times[0] < t0:
         raise ValueError(
             f"fit: observation times must lie in the integration range [t0, ...) with t0 = {t0:.10g}; "
@@ -163,7 +166,10 @@ def check_mask_sigma(obs_leaves, treedef, times, mask, sigma, missing):
         raise ValueError("fit: `mask` marks every value as missing; nothing to fit.")
     sigma_leaves = _as_leaves(sigma, treedef, shapes, "sigma")
     if sigma_leaves is not None:
-        for s in sigma_leaves:
+        numbered = jtu.tree_unflatten(treedef, list(range(len(shapes))))
+        paths = [jtu.keystr(p) for p, _ in jtu.tree_flatten_with_path(numbered)[0]]
+        scalar = jtu.treedef_is_leaf(jtu.tree_structure(sigma)) and np.ndim(sigma) == 0
+        for s, m, path in zip(sigma_leaves, mask_leaves, paths):
             if not _is_real(s.dtype):
                 raise TypeError(
                     f"fit: `sigma` (the standard deviation of each observation) must hold real numbers, "
@@ -171,13 +177,15 @@ def check_mask_sigma(obs_leaves, treedef, times, mask, sigma, missing):
                 )
             bad = ~(np.isfinite(s) & (s > 0))
             if np.any(bad):
-                idx = np.argwhere(bad)[0] if s.ndim else []
-                at = f"sigma{list(map(int, idx))} = " if len(idx) else "sigma = "
+                idx = tuple(int(i) for i in np.argwhere(bad)[0])
+                at = "sigma" if scalar else f"sigma{path}{list(idx)}"
+                hint = "For weights w pass sigma = 1/sqrt(w)"
+                if m[idx] and np.isposinf(s[idx]):
+                    hint += "; an observation of weight 0 is missing: mark it False in `mask` instead"
                 raise ValueError(
                     f"fit: `sigma` (the standard deviation of each observation) must be positive and "
-                    f"finite everywhere, got {at}{float(s[tuple(idx)]):.10g} ({int(bad.sum())} such value(s)). "
-                    "For weights w pass sigma = 1/sqrt(w); an observation of weight 0 is missing: mark it "
-                    "False in `mask` instead."
+                    f"finite everywhere, including at masked entries; got {at} = {float(s[idx]):.10g}"
+                    f"{'' if scalar else f' ({int(bad.sum())} such value(s))'}. {hint}."
                 )
     return mask_leaves, sigma_leaves, given
 
