@@ -26,7 +26,6 @@ from ._validation import (
     check_time_scalar,
     describe,
     is_concrete,
-    positive_finite_scalar,
     positive_int,
     state_dtype,
 )
@@ -109,7 +108,6 @@ def simulate(
             check_finite_state("simulate", "state0", state0)
         except ValueError as e:  # the error check_finite documents, at frame 0
             raise NonFiniteStateError(str(e), frame=0, time=float(t0) if is_concrete(t0) else None) from None
-    check_time_scalar("simulate", "dt", dt, dtype, positive=True)
     check_time_scalar("simulate", "t0", t0, dtype)
     _check_time_resolution(t0, dt, step_offset, n_steps, dtype)  # on the host values, before conversion
     dt = jnp.asarray(dt, dtype=dtype)
@@ -199,7 +197,7 @@ def _validate(system, state0, integrator, dt, n_steps, save_every, key, observab
     dtype = state_dtype(state0)
     check_precision(system, dtype, "simulate")
     check_precision(integrator, dtype, "simulate", what="the integrator")
-    positive_finite_scalar("dt", dt)
+    check_time_scalar("simulate", "dt", dt, dtype, positive=True)  # as given, and in the state's precision
     n_steps = positive_int("n_steps", n_steps)
     save_every = positive_int("save_every", save_every)
     if n_steps % save_every:
