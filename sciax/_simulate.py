@@ -102,6 +102,8 @@ def simulate(
     n_steps, save_every, dtype = _validate(
         system, state0, integrator, dt, n_steps, save_every, key, observables, adjoint
     )
+    if type(state0) is float:  # a bare Python float: an array (jnp.asarray's precision), not a static value
+        state0 = jnp.asarray(state0, dtype=dtype)
     check_precision(args, dtype, "simulate", what="`args`")
     if check_finite:  # it waits for the run anyway
         try:

@@ -307,6 +307,15 @@ class TestBadInput:
         by_tuple = self.run(state=tuple(np.array([1.0, 1.0, 1.0])))
         np.testing.assert_array_equal(by_tuple.final_state, self.run().final_state)
 
+    @pytest.mark.parametrize("state", [0.5, np.float64(0.5)])
+    def test_a_bare_python_float_is_a_scalar_state(self, state):
+        """A bare Python float went through `jit` as a static value and failed ('float' object is
+        not subscriptable); it is a 0-d state like np.float64(0.5). Decay: y' = -k y."""
+        traj = sciax.simulate(ExponentialDecay(), state, integrator=si.RK4(), dt=0.1, n_steps=10)
+        assert traj.states.shape == (11,) and traj.states.dtype == jnp.float64
+        step = 1 - 0.1 + 0.1**2 / 2 - 0.1**3 / 6 + 0.1**4 / 24  # RK4 on a linear ODE: the degree-4 Taylor factor
+        np.testing.assert_allclose(traj.final_state, 0.5 * step**10, rtol=1e-14)
+
     @pytest.mark.parametrize(("dt", "cast"), [(1e-46, "0.0"), (1e39, "inf")])
     def test_dt_that_is_zero_or_inf_in_the_states_precision(self, dt, cast):
         """dt was checked as given, then cast to float32: 1e-46 ran every step at dt = 0."""
@@ -362,6 +371,14 @@ def run_without_x64(script: str) -> str:
                          env={**os.environ, "JAX_ENABLE_X64": "0"})
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
+
+
+class ExponentialDecay(sciax.systems.AbstractODE):
+    """y' = -k y, on a state of any shape."""
+    k: float = 1.0
+
+    def vector_field(self, t, y, args=None):
+        return -self.k * y
 
 
 def test_numpy_float64_scalars_are_wider_parameters_and_astype_converts_them():
