@@ -61,8 +61,8 @@ def configure_threads(threads: int, cpus: str | None, device: str) -> list[int] 
     """
     if device == "cpu":
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    if threads <= 0:
-        return None
+    if threads <= 0:  # library defaults; `--cpus` still says where the process may run
+        return _pin(cpus, None)
     n = str(threads)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                 "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"):
@@ -76,20 +76,31 @@ def configure_threads(threads: int, cpus: str | None, device: str) -> list[int] 
             # `intra_op_parallelism_threads=1`, measured 2026-11-22. The affinity below is what
             # holds XLA to one core.)
             os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false").strip()
-    if not hasattr(os, "sched_setaffinity"):
+    return _pin(cpus, threads)
+
+
+def _pin(cpus: str | None, threads: int | None) -> list[int] | None:
+    """Bind the process to `cpus` (comma-separated ids), else to the last `threads` CPUs it may
+    use; None (no binding) without either, or where the platform cannot bind."""
+    if not hasattr(os, "sched_setaffinity") or (not cpus and not threads):
         return None
-    allowed = sorted(os.sched_getaffinity(0))
-    if cpus:
-        chosen = [int(c) for c in cpus.split(",")]
-    else:
-        chosen = allowed[-threads:]
+    chosen = [int(c) for c in cpus.split(",")] if cpus else sorted(os.sched_getaffinity(0))[-threads:]
     os.sched_setaffinity(0, chosen)
     return chosen
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.cpus is not None:
+        try:
+            n_cpus = len({int(c) for c in args.cpus.split(",")})
+        except ValueError:
+            parser.error(f"--cpus must be comma-separated CPU ids such as 1 or 0,1, got {args.cpus!r}")
+        if args.threads > 0 and n_cpus != args.threads:
+            parser.error(f"--cpus names {n_cpus} CPU(s) but --threads is {args.threads}; give as many "
+                         "CPUs as threads (or --threads 0 for the libraries' defaults)")
 
     if args.list:
         from .harness import discover_suites

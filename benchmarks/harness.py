@@ -8,14 +8,15 @@ LAMMPS and OpenMM as peers) is one new module there and nothing here changes.
 Method (STYLE.md, Benchmarks):
 
 - every implementation is called once as a warm-up; that first call is timed, and the compile
-  time is reported apart (measured with ``jit(...).lower().compile()`` for JAX, or as the
-  first call minus the steady median for PyTorch/`torch.compile` and C);
+  time is reported apart (measured with ``jit(...).lower().compile()`` for JAX, as the
+  first call minus the steady median for PyTorch/`torch.compile`, and as the gcc run for C);
 - results are synchronised before the clock stops (``jax.block_until_ready``; PyTorch on
   CPU is synchronous, ``torch.cuda.synchronize`` on GPU);
 - several steady repetitions; the median and the spread (min/max) are reported;
 - throughput is in the field's unit (trajectory-steps/s, fits/s);
-- peak memory is measured where it can be: tracemalloc for NumPy, XLA's buffer assignment
-  for JAX (``compiled.memory_analysis()``), and a sampled resident-set increase for the rest.
+- peak memory is measured where it can be: tracemalloc for NumPy and C (its buffers are NumPy
+  arrays), XLA's buffer assignment for JAX (``compiled.memory_analysis()``), and a sampled
+  resident-set increase for the rest.
 """
 
 from __future__ import annotations
@@ -70,9 +71,21 @@ class Context:
     log: Callable[[str], None] = print
 
     def scratch(self, name: str) -> Path:
-        path = self.out_dir / "_build" / name
+        """An absolute path (child processes may run in another working directory)."""
+        path = (self.out_dir / "_build" / name).resolve()
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def threads_label(self) -> str:
+        """How the libraries were threaded, for titles and notes."""
+        return {1: "one core", None: "library default threads"}.get(self.threads, f"{self.threads} threads")
+
+    def unjudged(self) -> str | None:
+        """The issues' CPU bars are one-core figures (benchmarks/README.md, "Targets"). None when
+        this run is one; otherwise the note its verdicts carry, which are then not judged."""
+        if self.threads == 1:
+            return None
+        return f"not judged: the bars are one-core figures and this run used {self.threads_label()}"
 
     def jax_device(self):
         import jax

@@ -89,6 +89,52 @@ def test_torch_eager_ensemble_matches_sciax(ensembles, method, precision):
     assert_close(out, expected, TOL[precision])
 
 
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+@pytest.mark.parametrize("method", ["rk4", "tsit5"])
+def test_diffrax_ensemble_matches_sciax(ensembles, method, precision):
+    from benchmarks.baselines import diffrax_lorenz
+
+    rhos, expected = ensembles[(method, precision)]
+    fn = diffrax_lorenz.make_ensemble(method, np.dtype(precision), u0=wl.ENSEMBLE_U0, dt=wl.ENSEMBLE_DT,
+                                      n_steps=N_STEPS, sigma=wl.LORENZ_SIGMA, beta=wl.LORENZ_BETA)
+    out = np.asarray(fn(jnp.asarray(rhos)))
+    assert out.dtype == np.dtype(precision)
+    assert_close(out, expected, TOL[precision])
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:torch")  # Inductor's own imports
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_torch_compile_ensemble_matches_sciax(ensembles, precision):
+    """The `torch.compile` row: the same step function compiled by Inductor (its own fusion and
+    rounding order, so checked apart from eager)."""
+    pytest.importorskip("torch")
+    if shutil.which("c++") is None and shutil.which("g++") is None:
+        pytest.skip("Inductor needs a C++ compiler")
+    from benchmarks.baselines import torch_lorenz
+
+    rhos, expected = ensembles[("rk4", precision)]
+    out = torch_lorenz.lorenz_ensemble(rhos, wl.ENSEMBLE_U0, dt=wl.ENSEMBLE_DT, n_steps=N_STEPS,
+                                       method="rk4", compile=True)
+    assert out.dtype == np.dtype(precision)
+    assert_close(out, expected, TOL[precision])
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_suite_sweep_row_matches_sciax(precision):
+    """The `sciax.sweep` row runs the workload's full 1,000 steps; it must equal the
+    `jit(vmap(simulate))` row bit for bit (the same fixed-step arithmetic, only chunked)."""
+    from types import SimpleNamespace
+
+    from benchmarks.suites import lorenz_ensemble as le
+
+    ctx = SimpleNamespace(jax_device=lambda: jax.devices("cpu")[0])
+    rhos = wl.ensemble_rhos(N_MEMBERS, np.dtype(precision))
+    swept = np.asarray(le.prepare_sweep(ctx, "rk4", np.dtype(precision), rhos).call())
+    _, expected = sciax_ensemble("rk4", precision, n_steps=wl.ENSEMBLE_STEPS)
+    assert swept.dtype == np.dtype(precision)
+    np.testing.assert_array_equal(swept.astype(np.float64), expected)
+
+
 @pytest.fixture(scope="module")
 def c_library(tmp_path_factory):
     if shutil.which("gcc") is None:
@@ -217,6 +263,19 @@ def test_diffrax_checkpointed_gradient_matches_sciax(gradient_problem, sciax_gra
 # --- fit workload ------------------------------------------------------------------------------
 
 
+def test_torch_fit_objective_matches_scipy():
+    """The PyTorch + torchdiffeq fit minimises the same ½ Σ r² as SciPy (dopri5 and RK45 at the
+    same tolerances: both within ~1e-8 of the exact solution)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("torchdiffeq")
+    from benchmarks.baselines import numpy_fit, torch_fit
+
+    t, x_obs = wl.fit_data()
+    start = (1.5, 0.3)
+    expected = 0.5 * np.sum((numpy_fit.simulate_x(start, t) - x_obs) ** 2)
+    assert torch_fit.evaluate_once(t, x_obs, start) == pytest.approx(expected, rel=1e-6)
+
+
 def test_scipy_fit_matches_sciax_fit():
     from benchmarks.baselines import numpy_fit
     from benchmarks.suites import fit as fit_suite
@@ -264,3 +323,100 @@ def test_gpu_plan_and_diffeqgpu_target_of_the_ensemble_suite():
     peers = {t.name: t.value for t in result.targets if t.bar.startswith("no bar")}
     assert peers[f"Tsit5 float32 B={big}: {le.SCIAX} vs {le.DIFFRAX}"] == pytest.approx(7.357 / 0.0663)
     assert not any("NumPy" in t.name for t in result.targets)
+
+
+# --- the suites' verdicts (checked on made-up rows: no timing here) ---------------------------
+
+
+def _ensemble_row(le, impl, seconds, precision="float32", size=100_000, **extra):
+    from benchmarks.harness import Measurement
+
+    m = Measurement(suite=le.NAME, case=le._case("rk4"), impl=impl, precision=precision, size=size,
+                    size_name="members", unit=le.UNIT, work=size * 1000.0, time_median_s=seconds, device="cpu")
+    m.extra.update(extra)
+    return m
+
+
+def test_ensemble_agreement_is_per_member():
+    """A member with small states is judged on its own scale, not the ensemble's largest."""
+    from benchmarks.suites import lorenz_ensemble as le
+
+    reference = np.array([[10.0, 20.0, 30.0], [1e-3, 2e-3, 3e-3]])
+    off = reference.copy()
+    off[1, 0] *= 1.01  # 1% off in the small member: 3e-7 of the ensemble's largest state
+    assert le._disagreement(off, reference) == pytest.approx(1e-5 / 3e-3)
+    assert le._disagreement(reference, reference) == 0.0
+
+
+def test_ensemble_verdicts_leave_out_disagreeing_rows_and_multithread_runs():
+    from types import SimpleNamespace
+
+    from benchmarks.harness import Context, SuiteResult
+    from benchmarks.suites import lorenz_ensemble as le
+
+    def result():
+        return SuiteResult(measurements=[
+            _ensemble_row(le, le.SCIAX, 0.05), _ensemble_row(le, le.C_REF, 0.04),
+            _ensemble_row(le, le.NUMPY, 0.7, disagrees=True), _ensemble_row(le, le.TORCH_COMPILE, 0.07)])
+
+    one_core = Context(quick=True, device="cpu", threads=1, reps=1, max_call_s=1.0, out_dir=Path("."))
+    judged = result()
+    le._targets(one_core, judged)
+    by_name = {t.name: t for t in judged.targets}
+    assert by_name[f"RK4 float32 B=1e5 vs {le.NUMPY}"].met is None  # disagrees: not judged
+    assert by_name[f"RK4 float32 B=1e5: sciax vs {le.TORCH_COMPILE}"].met is False  # 1.4x < 5x
+    assert by_name["RK4 float32 B=1e5: sciax fraction of C"].met is True  # 80% ≥ 40%
+
+    for threads in (None, 2):
+        ctx = SimpleNamespace(**{**vars(one_core), "threads": threads})
+        ctx.unjudged = Context.unjudged.__get__(ctx)
+        ctx.threads_label = Context.threads_label.__get__(ctx)
+        many = result()
+        le._targets(ctx, many)
+        assert all(t.met is None for t in many.targets)
+        assert any("one-core figures" in t.note for t in many.targets)
+
+
+def test_a_c_build_failure_fails_only_the_c_rows(tmp_path, monkeypatch):
+    """gcc present but failing: the C rows report it, gcc is not run again, and the suite's
+    peak step is skipped instead of taking the suite down."""
+    from benchmarks.baselines import c_lorenz
+    from benchmarks.harness import Context
+    from benchmarks.suites import lorenz_ensemble as le
+
+    calls = []
+
+    def broken(build_dir):
+        calls.append(build_dir)
+        raise RuntimeError("gcc failed: no such option -march=native")
+
+    monkeypatch.setattr(c_lorenz, "compile_library", broken)
+    ctx = Context(quick=True, device="cpu", threads=1, reps=1, max_call_s=1.0, out_dir=tmp_path)
+    prepare = le.make_prepare_c(ctx)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="gcc failed"):
+            prepare(ctx, "rk4", np.dtype("float32"), wl.ensemble_rhos(4, np.float32))
+    with pytest.raises(RuntimeError, match="gcc failed"):
+        prepare.library()
+    assert len(calls) == 1
+
+
+def test_gradient_rows_are_checked_against_checkpoint_adjoint_where_direct_is_not_run(tmp_path, monkeypatch):
+    """Quick mode runs no DirectAdjoint at 10,000 steps: CheckpointAdjoint is the reference there."""
+    from benchmarks.harness import Context, Prepared
+    from benchmarks.suites import gradient as g
+
+    grads = {g.SCIAX_CKPT: np.ones(3), g.SCAN_CKPT: np.array([1.0, 1.0, 1.1])}
+
+    def fake(impl):
+        return lambda ctx, case, n_steps, problem: Prepared(call=lambda: (1.0, grads[impl]))
+
+    monkeypatch.setattr(g, "_plan", lambda ctx: [(10_000, g.GRAD, [g.SCIAX_CKPT, g.SCAN_CKPT])])
+    monkeypatch.setattr(g, "_problem", lambda: None)
+    monkeypatch.setattr(g, "PREPARE", {impl: fake(impl) for impl in grads})
+    ctx = Context(quick=True, device="cpu", threads=1, reps=1, max_call_s=100.0, out_dir=tmp_path,
+                  log=lambda _: None)
+    rows = {m.impl: m for m in g.run(ctx).measurements if m.status == "ok"}
+    assert rows[g.SCIAX_CKPT].extra["agreement"].startswith("ref")
+    assert rows[g.SCAN_CKPT].extra["grad_rel_err"] == pytest.approx(0.1)
+    assert rows[g.SCAN_CKPT].note.startswith(f"WRONG GRADIENT: off by 1.0e-01 relative to {g.SCIAX_CKPT}")
