@@ -1,5 +1,5 @@
 """Kepler orbit (e = 0.5): symplectic velocity Verlet keeps the energy error bounded, RK4 at
-the same step drifts. Also: a gradient through the whole run in O(1) memory (ReversibleAdjoint).
+the same step drifts. Also: a gradient through a 50-period run (10,000 steps) in O(1) memory (ReversibleAdjoint).
 
 Run: python examples/kepler_energy.py   (writes examples/output/kepler_energy.png)
 """

@@ -162,7 +162,7 @@ def test_wrong_state_shape_names_the_system():
 
 def test_lotka_volterra_fixed_point_is_stationary():
     lv = LotkaVolterra()
-    np.testing.assert_allclose(lv.fixed_point(), [0.84 / 0.024, 0.55 / 0.028], rtol=1e-14)
+    np.testing.assert_allclose(lv.fixed_point(), [0.80 / 0.024, 0.55 / 0.028], rtol=1e-14)
     np.testing.assert_allclose(lv.vector_field(0.0, lv.fixed_point()), 0.0, atol=1e-12)
 
 

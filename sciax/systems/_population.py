@@ -15,18 +15,19 @@ class LotkaVolterra(AbstractODE):
 
         dx/dt = α x − β x y,   dy/dt = δ x y − γ y
 
-    Units: populations in any unit (the defaults are fitted to the Hudson's Bay hare/lynx pelt
-    counts in thousands, time in years); α, γ in 1/time, β, δ in 1/(population · time).
+    Units: populations in any unit (the defaults are the posterior means of the Stan case
+    study's fit to the Hudson's Bay hare/lynx pelt counts in thousands, time in years); α, γ in
+    1/time, β, δ in 1/(population · time).
     For x, y > 0 the quantity V = δ x − γ ln x + β y − α ln y is conserved; the orbits are
     closed around the fixed point (γ/δ, α/β).
 
     **Arguments:** `alpha` α (prey growth), `beta` β (predation), `gamma` γ (predator death),
-    `delta` δ (predator growth per prey eaten); all ≥ 0. Defaults 0.55, 0.028, 0.84, 0.024.
+    `delta` δ (predator growth per prey eaten); all ≥ 0. Defaults 0.55, 0.028, 0.80, 0.024.
     """
 
     alpha: jax.Array = eqx.field(converter=jnp.asarray, default=0.55)
     beta: jax.Array = eqx.field(converter=jnp.asarray, default=0.028)
-    gamma: jax.Array = eqx.field(converter=jnp.asarray, default=0.84)
+    gamma: jax.Array = eqx.field(converter=jnp.asarray, default=0.80)
     delta: jax.Array = eqx.field(converter=jnp.asarray, default=0.024)
     n_components: ClassVar[int] = 2
     component_names: ClassVar[tuple[str, ...]] = ('prey', 'predator')
