@@ -60,18 +60,32 @@ class ReversibleAdjoint(AbstractAdjoint):
     saved frames plus a few states); the backward pass costs about three forward steps per
     step (one reverse step, one step replayed under `vjp`).
 
-    **Error bound.** In floating point the reconstructed state differs from the forward state
-    by round-off: for a stable (non-chaotic) system the reconstruction error after n steps is
-    about ε·n·|q| at worst (ε the unit round-off: 1.1e-16 in float64, 6e-8 in float32), so the
-    relative gradient error is of the same order — about 1e-11 after 10^5 float64 steps. For
-    chaotic dynamics the reconstruction error grows like e^{λ t} (λ the largest Lyapunov
+    **Accuracy.** In floating point the state rebuilt by stepping back differs from the
+    forward state by round-off, which accumulates over the steps: for a stable (non-chaotic)
+    system it grows at least like ε·n·|q| (ε the unit round-off: 1.1e-16 in float64, 6e-8 in
+    float32), and faster where a round-off error in the energy shifts a phase that then grows
+    with time (an orbit). A gradient with respect to a parameter is a sum of per-step
+    contributions that can largely cancel, so its relative error can exceed the reconstruction
+    error by the ratio Σ|contribution| / |Σ contribution|. Measured in float64 against
+    `DirectAdjoint` (which `CheckpointAdjoint` matches to ~1e-14), relative error of the
+    gradient of a weighted sum of final positions:
+
+    | system, velocity Verlet | 10^3 steps | 10^4 steps | 10^5 steps |
+    |---|---|---|---|
+    | 8-mass spring chain (dt 0.05): d/d stiffness | 3e-13 | 1.3e-12 | 5.4e-10 |
+    | same: d/d initial positions | 5e-14 | 1.9e-12 | 3.7e-11 |
+    | Kepler, e ≈ 0.44 (dt 0.01): d/d GM | – | 4e-13 | 1.7e-12 |
+    | same: d/d initial position | – | 2.5e-12 | 7.2e-12 |
+
+    For chaotic dynamics the reconstruction error grows like e^{λ t} (λ the largest Lyapunov
     exponent), exactly as for the forward trajectory itself; use `CheckpointAdjoint` when
-    λ·T ≳ 20 in float64. To check a case, run forward, flip the velocities and run again:
-    the distance to the initial state is the reconstruction error the backward pass sees.
+    λ·T ≳ 20 in float64. To check a case, compare with `CheckpointAdjoint` on the same run (or
+    a shorter one, if its memory is too much). Flipping the velocities and running forward
+    again measures the reconstruction error only, which can understate the gradient's error
+    (on the chain above: ~1e-13 against 5.4e-10).
 
     Gradients reach `dt` and `t0` also through the time of each step and frame (a
-    time-dependent force or observable). Not supported: stochastic integrators (noise is not
-    reversible), forward-mode autodiff (`jax.jvp`; use `DirectAdjoint` or
-    `CheckpointAdjoint`), and observables that close over a value being differentiated (JAX
-    raises `CustomVJPException`): pass such values in through the system or `args`.
+    time-dependent force or observable), and the values an observable closes over through the
+    frames. Not supported: stochastic integrators (noise is not reversible) and forward-mode
+    autodiff (`jax.jvp`; use `DirectAdjoint` or `CheckpointAdjoint`).
     """

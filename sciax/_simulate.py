@@ -254,7 +254,12 @@ def _rollout(system, state0, integrator, dt, t0, key, args, observables, n_steps
     y0 = tuple(state0[i] for i in range(state0.shape[0])) if componentwise else state0
     carry0 = integrator.init(system, frames.time(t0, dt, step_offset), y0, args)
     if isinstance(adjoint, ReversibleAdjoint):
-        saved = _reversible_frames((system, carry0, dt, args, t0), frames, step_offset)
+        # The observables' closed-over values become inputs of the custom VJP (a value traced
+        # by an enclosing jit/vmap/grad cannot be closed over by its backward pass), which also
+        # gives them cotangents.
+        example = (frames.time(t0, dt, step_offset), frames.to_user(integrator.state(carry0)), system)
+        observables = {name: eqx.filter_closure_convert(fn, *example) for name, fn in observables.items()}
+        saved = _reversible_frames((system, carry0, dt, args, t0, observables), frames, step_offset)
     else:
         saved = frames.scan(system, carry0, dt, t0, key, args, step_offset)[1]
     first = frames.record(system, carry0, frames.time(t0, dt, step_offset))
@@ -279,20 +284,22 @@ class _Frames(eqx.Module):
     def to_user(self, y):
         return _assemble(y) if self.componentwise else y
 
-    def record(self, system, carry, t):
-        """(state or None, observables, all-finite flag) of one frame. A componentwise state is
-        recorded as its tuple of components and stacked once after the scan (`_rollout`):
-        stacking it in every frame made reverse mode through the scan 2-3x slower on XLA:CPU
-        (the transposed stack in each backward iteration)."""
+    def record(self, system, carry, t, observables=None):
+        """(state or None, observables, all-finite flag) of one frame; `observables` replaces
+        the plan's own (same names). A componentwise state is recorded as its tuple of
+        components and stacked once after the scan (`_rollout`): stacking it in every frame
+        made reverse mode through the scan 2-3x slower on XLA:CPU (the transposed stack in each
+        backward iteration)."""
+        observables = self.observables if observables is None else observables
         state = self.integrator.state(carry)
-        user = self.to_user(state) if self.observables else None  # assembled once for all of them
-        obs = {name: fn(t, user, system) for name, fn in self.observables.items()}
+        user = self.to_user(state) if observables else None  # assembled once for all of them
+        obs = {name: fn(t, user, system) for name, fn in observables.items()}
         return (state if self.save_states else None), obs, _frame_is_finite(state)
 
     def time(self, t0, dt, n):
         return t0 + n.astype(dt.dtype) * dt
 
-    def scan(self, system, carry0, dt, t0, key, args, step_offset):
+    def scan(self, system, carry0, dt, t0, key, args, step_offset, observables=None):
         """Outer scan over frames, inner scan over steps. Returns (final carry, frames 1..n)."""
 
         rematerialised = isinstance(self.adjoint, CheckpointAdjoint) and self.adjoint.checkpoint_steps
@@ -338,7 +345,8 @@ class _Frames(eqx.Module):
         def block(carry, frame):
             first = frame * self.save_every
             carry = block_steps(carry, first)
-            return carry, self.record(system, carry, self.time(t0, dt, step_offset + first + self.save_every))
+            return carry, self.record(system, carry, self.time(t0, dt, step_offset + first + self.save_every),
+                                      observables)
 
         if isinstance(self.adjoint, CheckpointAdjoint):
             block = jax.checkpoint(block)
@@ -347,14 +355,14 @@ class _Frames(eqx.Module):
 
 @eqx.filter_custom_vjp
 def _reversible_frames(diff, frames: _Frames, step_offset):
-    system, carry0, dt, args, t0 = diff
-    return frames.scan(system, carry0, dt, t0, None, args, step_offset)[1]
+    system, carry0, dt, args, t0, observables = diff
+    return frames.scan(system, carry0, dt, t0, None, args, step_offset, observables)[1]
 
 
 @_reversible_frames.def_fwd
 def _reversible_frames_fwd(perturbed, diff, frames: _Frames, step_offset):
-    system, carry0, dt, args, t0 = diff
-    final_carry, saved = frames.scan(system, carry0, dt, t0, None, args, step_offset)
+    system, carry0, dt, args, t0, observables = diff
+    final_carry, saved = frames.scan(system, carry0, dt, t0, None, args, step_offset, observables)
     return saved, final_carry
 
 
@@ -365,44 +373,50 @@ def _reversible_frames_bwd(final_carry, ct_saved, perturbed, diff, frames: _Fram
 
     Step n runs at t = t0 + (step_offset + n) dt and a frame is recorded at its time, so the
     cotangents of dt and t0 include what reaches them through the time (a time-dependent
-    force or observable), not only through the step size."""
-    system, carry0, dt, args, t0 = diff
+    force or observable), not only through the step size; the observables' closed-over values
+    (closure-converted in `_rollout`) get theirs through the frames."""
+    system, carry0, dt, args, t0, observables = diff
     integrator = frames.integrator
     sys_diff, sys_static = eqx.partition(system, eqx.is_inexact_array)
     args_diff, args_static = eqx.partition(args, eqx.is_inexact_array)
+    obs_diff, obs_static = eqx.partition(observables, eqx.is_inexact_array)
     ct_states, ct_obs, _ = ct_saved
 
     def step_from(sys_d, carry, dt_, args_d, t0_, n):
         return integrator.step(eqx.combine(sys_d, sys_static), frames.time(t0_, dt_, step_offset + n), carry, dt_,
                                None, eqx.combine(args_d, args_static))
 
-    def record_diff(sys_d, carry, dt_, t0_, n):
-        state, obs, _ = frames.record(eqx.combine(sys_d, sys_static), carry, frames.time(t0_, dt_, step_offset + n))
+    def record_diff(sys_d, carry, dt_, t0_, obs_d, n):
+        state, obs, _ = frames.record(eqx.combine(sys_d, sys_static), carry, frames.time(t0_, dt_, step_offset + n),
+                                      eqx.combine(obs_d, obs_static))
         return state, obs
 
     def back_step(acc, n):
-        carry_next, ct_carry, g_sys, g_dt, g_args, g_t0 = acc
+        carry_next, ct_carry, g_sys, g_dt, g_args, g_t0, g_obs = acc
         carry = integrator.step(system, frames.time(t0, dt, step_offset + n + 1), carry_next, -dt, None, args)
         _, vjp = jax.vjp(lambda s, c, h, a, t: step_from(s, c, h, a, t, n), sys_diff, carry, dt, args_diff, t0)
         d_sys, d_carry, d_dt, d_args, d_t0 = vjp(ct_carry)
-        return (carry, d_carry, _tree_add(g_sys, d_sys), g_dt + d_dt, _tree_add(g_args, d_args), g_t0 + d_t0), None
+        return (carry, d_carry, _tree_add(g_sys, d_sys), g_dt + d_dt, _tree_add(g_args, d_args), g_t0 + d_t0,
+                g_obs), None
 
     def back_block(acc, frame):
-        carry_end, ct_carry, g_sys, g_dt, g_args, g_t0 = acc
+        carry_end, ct_carry, g_sys, g_dt, g_args, g_t0, g_obs = acc
         last = (frame + 1) * frames.save_every
         ct_frame = (None if ct_states is None else _index(ct_states, frame), _index(ct_obs, frame))
-        out, vjp = jax.vjp(lambda s, c, h, t: record_diff(s, c, h, t, last), sys_diff, carry_end, dt, t0)
-        d_sys, d_carry, d_dt, d_t0 = vjp(_zeros_where_none(ct_frame, out))
-        acc = (carry_end, _tree_add(ct_carry, d_carry), _tree_add(g_sys, d_sys), g_dt + d_dt, g_args, g_t0 + d_t0)
+        out, vjp = jax.vjp(lambda s, c, h, t, o: record_diff(s, c, h, t, o, last), sys_diff, carry_end, dt, t0,
+                           obs_diff)
+        d_sys, d_carry, d_dt, d_t0, d_obs = vjp(_zeros_where_none(ct_frame, out))
+        acc = (carry_end, _tree_add(ct_carry, d_carry), _tree_add(g_sys, d_sys), g_dt + d_dt, g_args, g_t0 + d_t0,
+               _tree_add(g_obs, d_obs))
         acc, _ = lax.scan(back_step, acc, last - 1 - jnp.arange(frames.save_every))
         return acc, None
 
     zeros = lambda tree: jtu.tree_map(jnp.zeros_like, tree)  # noqa: E731
     acc0 = (final_carry, zeros(final_carry), zeros(sys_diff), jnp.zeros_like(dt), zeros(args_diff),
-            jnp.zeros_like(t0))
+            jnp.zeros_like(t0), zeros(obs_diff))
     acc, _ = lax.scan(back_block, acc0, frames.n_frames - 1 - jnp.arange(frames.n_frames))
-    _, ct_carry0, g_sys, g_dt, g_args, g_t0 = acc
-    return g_sys, ct_carry0, g_dt, g_args, g_t0
+    _, ct_carry0, g_sys, g_dt, g_args, g_t0, g_obs = acc
+    return g_sys, ct_carry0, g_dt, g_args, g_t0, g_obs
 
 
 def _tree_add(a, b):

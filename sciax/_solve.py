@@ -101,9 +101,11 @@ def solve(
     - `adjoint`: how reverse-mode gradients are computed: `"recursive_checkpoint"`
       (backpropagate through the solver, checkpointed; exact for the discretisation),
       `"backsolve"` (solve the continuous adjoint ODE backwards; memory O(1), gradients
-      accurate to the tolerances; adaptive steps only; not with respect to `t0`/`t1`, which
-      Diffrax's backsolve does not support), `"direct"` (plain autodiff, also allows forward mode),
-      `"forward"` (forward mode only: `jax.jvp`, `jax.jacfwd`), or a `diffrax` adjoint.
+      accurate to the tolerances; adaptive steps only; not with respect to `t0`, `t1` or
+      `save_at`, which Diffrax's backsolve does not support: that raises an error naming
+      them), `"direct"` (plain autodiff, also allows forward mode), `"forward"` (forward
+      mode only: `jax.jvp`, `jax.jacfwd`; `jax.grad` fails with JAX's "Reverse-mode
+      differentiation does not work for lax.while_loop"), or a `diffrax` adjoint.
     - `args`: passed to `vector_field(t, y, args)`.
     - `observables`: dict name -> `fn(t, state, system)` evaluated at every saved frame.
     - `throw`: raise if the solve fails (e.g. `max_steps` reached). With `throw=False` the
@@ -322,6 +324,19 @@ def _vector_field(t, y, system_and_args):
     return system.vector_field(t, y, args)
 
 
+def _refuse_unsupported_derivatives(adjoint, t0, t1, save_at):
+    """The solve's inputs, marked so that a derivative the adjoint cannot take raises an error
+    naming `adjoint` while JAX traces it, instead of Diffrax's "Unexpected tangent". Identity
+    otherwise. (`jax.grad` with adjoint='forward' cannot be caught this way: JAX refuses the
+    while loop before any marker's backward rule runs.)"""
+    if isinstance(adjoint, dfx.BacksolveAdjoint):
+        t0, t1, save_at = (eqx.internal.nondifferentiable(x, msg=(
+            f"solve: adjoint='backsolve' cannot differentiate with respect to `{name}` (Diffrax's "
+            "BacksolveAdjoint does not support it); use adjoint='recursive_checkpoint'."))
+            for name, x in (("t0", t0), ("t1", t1), ("save_at", save_at)))
+    return t0, t1, save_at
+
+
 def _frame_is_finite(states, n_frames):
     leaves = [jnp.reshape(jnp.isfinite(x), (n_frames, -1)) for x in jtu.tree_leaves(states)]
     return jnp.all(jnp.concatenate(leaves, axis=1), axis=1)
@@ -330,9 +345,10 @@ def _frame_is_finite(states, n_frames):
 @eqx.filter_jit
 def _solve(system, y0, t0, t1, save_at, solver, controller, dt0, max_steps, adjoint, args,
            observables, throw) -> Trajectory:
+    t0_, t1_, save_at_ = _refuse_unsupported_derivatives(adjoint, t0, t1, save_at)
     solution = dfx.diffeqsolve(
-        dfx.ODETerm(_vector_field), solver, t0, t1, dt0, y0, args=(system, args),
-        saveat=dfx.SaveAt(ts=save_at), stepsize_controller=controller, adjoint=adjoint,
+        dfx.ODETerm(_vector_field), solver, t0_, t1_, dt0, y0, args=(system, args),
+        saveat=dfx.SaveAt(ts=save_at_), stepsize_controller=controller, adjoint=adjoint,
         max_steps=max_steps, throw=throw,
     )
     states = solution.ys

@@ -95,6 +95,47 @@ def test_reversible_gradient_through_time_dependent_observables(save_states):
     np.testing.assert_allclose(grads["reversible"], [fd_dt, fd_t0], rtol=1e-6)
 
 
+def test_reversible_observables_may_close_over_traced_values():
+    """An observable closing over a value traced by an enclosing jit/vmap/grad: the reversible
+    backward pass failed ("No constant handler for type: DynamicJaxprTracer"), and a gradient
+    with respect to that value raised CustomVJPException. Both now match DirectAdjoint."""
+    s0 = Kepler().orbit_state(1.0, 0.3)
+
+    def loss(w, gm, adjoint):
+        tr = sciax.simulate(Kepler(gm=gm), s0, integrator=si.VelocityVerlet(), dt=0.01, n_steps=60, save_every=20,
+                            adjoint=adjoint, observables={"o": lambda t, y, sy: w * y.positions[0] ** 2
+                                                          + jnp.sin(w * t)})
+        return jnp.sum(tr.observables["o"])
+
+    grad = jax.grad(loss, argnums=(0, 1))
+    expected = grad(2.0, 1.0, ADJOINTS["direct"])
+    h = 1e-6
+    fd_w = (loss(2.0 + h, 1.0, ADJOINTS["direct"]) - loss(2.0 - h, 1.0, ADJOINTS["direct"])) / (2 * h)
+    np.testing.assert_allclose(expected[0], fd_w, rtol=1e-7)
+    reversible = ADJOINTS["reversible"]
+    np.testing.assert_allclose(grad(2.0, 1.0, reversible), expected, rtol=1e-12)
+    np.testing.assert_allclose(jax.jit(lambda w: grad(w, 1.0, reversible))(2.0), expected, rtol=1e-12)
+    by_w = jax.vmap(lambda w: jax.grad(loss, argnums=1)(w, 1.0, reversible))(jnp.array([2.0, 3.0]))
+    np.testing.assert_allclose(by_w, [expected[1], jax.grad(loss, argnums=1)(3.0, 1.0, ADJOINTS["direct"])],
+                               rtol=1e-12)
+
+
+def test_symplectic_and_langevin_integrators_refuse_a_hamiltonian_with_its_own_vector_field():
+    """They step (q, v) from acceleration(q) alone: a damping term in an overridden
+    vector_field was silently ignored (the energy stayed constant)."""
+    class Damped(HarmonicOscillator):
+        def vector_field(self, t, y, args=None):
+            return PhaseSpace(y.velocities, self.acceleration(y.positions) - 0.5 * y.velocities)
+
+    state = PhaseSpace(jnp.array([1.0]), jnp.array([0.0]))
+    for integrator in (si.VelocityVerlet(), si.Leapfrog(), si.Yoshida4(), si.LangevinBAOAB(kT=1.0, friction=1.0)):
+        with pytest.raises(TypeError, match=rf"{type(integrator).__name__} steps positions and velocities from "
+                                            r"`acceleration\(positions\)` alone, but Damped overrides `vector_field`"):
+            sciax.simulate(Damped(), state, integrator=integrator, dt=0.1, n_steps=2, key=jax.random.key(0))
+    damped = sciax.simulate(Damped(), state, integrator=si.RK4(), dt=0.1, n_steps=100)  # Runge–Kutta applies it
+    assert float(Damped().energy(damped.final_state)) < 0.1 * float(Damped().energy(state))
+
+
 def test_reversible_adjoint_float32():
     def loss(gm):
         s0 = Kepler().orbit_state(1.0, 0.3)

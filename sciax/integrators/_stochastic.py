@@ -10,7 +10,7 @@ import jax.random as jr
 import jax.tree_util as jtu
 
 from .._state import PhaseSpace
-from ..systems._base import AbstractHamiltonian, AbstractSDE
+from ..systems._base import AbstractSDE, check_stepped_by_acceleration
 from ._base import AbstractIntegrator
 
 
@@ -102,7 +102,4 @@ class LangevinBAOAB(AbstractIntegrator):
         return carry[0]
 
     def check_system(self, system) -> None:
-        if not isinstance(system, AbstractHamiltonian):
-            raise TypeError(
-                f"LangevinBAOAB steps an AbstractHamiltonian particle system, got {type(system).__name__}."
-            )
+        check_stepped_by_acceleration("LangevinBAOAB", system)

@@ -8,7 +8,7 @@ which the reversible adjoint uses to rebuild states backwards in time.
 from typing import ClassVar
 
 from .._state import PhaseSpace
-from ..systems._base import AbstractHamiltonian
+from ..systems._base import check_stepped_by_acceleration
 from ._base import AbstractIntegrator
 
 
@@ -16,12 +16,7 @@ class _AbstractSymplectic(AbstractIntegrator):
     reversible: ClassVar[bool] = True
 
     def check_system(self, system) -> None:
-        if not isinstance(system, AbstractHamiltonian):
-            raise TypeError(
-                f"{type(self).__name__} steps an AbstractHamiltonian particle system "
-                f"(state PhaseSpace(positions, velocities)), got {type(system).__name__}; "
-                "use a Runge–Kutta integrator for a general ODE."
-            )
+        check_stepped_by_acceleration(type(self).__name__, system)
 
 def _verlet(system, state: PhaseSpace, accel, dt):
     """One kick–drift–kick step; returns the new state and the acceleration at the new positions."""
