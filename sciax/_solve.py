@@ -92,7 +92,10 @@ def solve(
       only); implicit, for stiff problems, `"implicit_euler"`, `"kvaerno3"`, `"kvaerno4"`,
       `"kvaerno5"`.
     - `rtol`, `atol`: relative and absolute tolerances of the adaptive step (positive). With
-      `rtol=None` steps are constant (`dt0` required) and `atol` is ignored.
+      `rtol=None` steps are constant (`dt0` required) and `atol` is ignored: n =
+      ceil((t1 − t0)/dt0) equal steps, so a derivative with respect to `t0`, `t1` or `dt0` is
+      that of the discretisation with n held fixed, and the solution jumps where n changes
+      (finite differences across such a point disagree with it).
     - `dt0`: initial step size (time units). `None` lets Diffrax choose it (adaptive only).
     - `max_steps`: the most steps the solver may take before it fails. With constant steps
       the count is known, so too small a value raises at once (unless `t0`, `t1` or `dt0`
