@@ -104,9 +104,9 @@ def solve(
     - `adjoint`: how reverse-mode gradients are computed: `"recursive_checkpoint"`
       (backpropagate through the solver, checkpointed; exact for the discretisation),
       `"backsolve"` (solve the continuous adjoint ODE backwards; memory O(1), gradients
-      accurate to the tolerances; adaptive steps only; not with respect to `t0`, `t1` or
-      `save_at`, which Diffrax's backsolve does not support: that raises an error naming
-      them), `"direct"` (plain autodiff, also allows forward mode), `"forward"` (forward
+      accurate to the tolerances; adaptive steps only; not with respect to `t0`, `t1`,
+      `save_at` or `dt0`, which Diffrax's backsolve does not support: that raises an error
+      naming them), `"direct"` (plain autodiff, also allows forward mode), `"forward"` (forward
       mode only: `jax.jvp`, `jax.jacfwd`; `jax.grad` fails with JAX's "Reverse-mode
       differentiation does not work for lax.while_loop"), or a `diffrax` adjoint.
     - `args`: passed to `vector_field(t, y, args)`.
@@ -327,17 +327,17 @@ def _vector_field(t, y, system_and_args):
     return system.vector_field(t, y, args)
 
 
-def _refuse_unsupported_derivatives(adjoint, t0, t1, save_at):
-    """The solve's inputs, marked so that a derivative the adjoint cannot take raises an error
-    naming `adjoint` while JAX traces it, instead of Diffrax's "Unexpected tangent". Identity
-    otherwise. (`jax.grad` with adjoint='forward' cannot be caught this way: JAX refuses the
-    while loop before any marker's backward rule runs.)"""
+def _refuse_unsupported_derivatives(adjoint, t0, t1, save_at, dt0):
+    """The solve's times, marked so that a derivative the adjoint cannot take raises an error
+    naming `adjoint` and the input while JAX traces it, instead of Diffrax's "Unexpected
+    tangent". Identity otherwise. (`jax.grad` with adjoint='forward' is not caught this way:
+    such a marker would refuse `jax.jvp` too, which that adjoint exists for.)"""
     if isinstance(adjoint, dfx.BacksolveAdjoint):
-        t0, t1, save_at = (eqx.internal.nondifferentiable(x, msg=(
-            f"solve: adjoint='backsolve' cannot differentiate with respect to `{name}` (Diffrax's "
+        t0, t1, save_at, dt0 = (None if x is None else eqx.internal.nondifferentiable(x, msg=(
+            f"solve: the backsolve adjoint cannot differentiate with respect to `{name}` (Diffrax's "
             "BacksolveAdjoint does not support it); use adjoint='recursive_checkpoint'."))
-            for name, x in (("t0", t0), ("t1", t1), ("save_at", save_at)))
-    return t0, t1, save_at
+            for name, x in (("t0", t0), ("t1", t1), ("save_at", save_at), ("dt0", dt0)))
+    return t0, t1, save_at, dt0
 
 
 def _frame_is_finite(states, n_frames):
@@ -348,9 +348,9 @@ def _frame_is_finite(states, n_frames):
 @eqx.filter_jit
 def _solve(system, y0, t0, t1, save_at, solver, controller, dt0, max_steps, adjoint, args,
            observables, throw) -> Trajectory:
-    t0_, t1_, save_at_ = _refuse_unsupported_derivatives(adjoint, t0, t1, save_at)
+    t0_, t1_, save_at_, dt0_ = _refuse_unsupported_derivatives(adjoint, t0, t1, save_at, dt0)
     solution = dfx.diffeqsolve(
-        dfx.ODETerm(_vector_field), solver, t0_, t1_, dt0, y0, args=(system, args),
+        dfx.ODETerm(_vector_field), solver, t0_, t1_, dt0_, y0, args=(system, args),
         saveat=dfx.SaveAt(ts=save_at_), stepsize_controller=controller, adjoint=adjoint,
         max_steps=max_steps, throw=throw,
     )

@@ -132,6 +132,10 @@ def test_symplectic_and_langevin_integrators_refuse_a_hamiltonian_with_its_own_v
         with pytest.raises(TypeError, match=rf"{type(integrator).__name__} steps positions and velocities from "
                                             r"`acceleration\(positions\)` alone, but Damped overrides `vector_field`"):
             sciax.simulate(Damped(), state, integrator=integrator, dt=0.1, n_steps=2, key=jax.random.key(0))
+    with pytest.raises(TypeError, match=r"LangevinBAOAB steps an AbstractHamiltonian particle system .*got "
+                                        r"OrnsteinUhlenbeck; use EulerMaruyama with an AbstractSDE"):
+        sciax.simulate(sciax.systems.OrnsteinUhlenbeck(), jnp.zeros(2),
+                       integrator=si.LangevinBAOAB(kT=1.0, friction=1.0), dt=0.1, n_steps=2, key=jax.random.key(0))
     damped = sciax.simulate(Damped(), state, integrator=si.RK4(), dt=0.1, n_steps=100)  # Runge–Kutta applies it
     assert float(Damped().energy(damped.final_state)) < 0.1 * float(Damped().energy(state))
 

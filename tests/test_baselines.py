@@ -400,6 +400,16 @@ def test_a_c_build_failure_fails_only_the_c_rows(tmp_path, monkeypatch):
         prepare.library()
     assert len(calls) == 1
 
+    # The whole suite: the C rows fail, the others are measured, no core-peak figures.
+    monkeypatch.setattr(le, "_availability", lambda: {})
+    monkeypatch.setattr(le, "_plan", lambda ctx: [("rk4", "float32", 64, [le.C_REF, le.NUMPY])])
+    ctx.log = lambda _: None
+    result = le.run(ctx)
+    rows = {m.impl: m for m in result.measurements}
+    assert rows[le.C_REF].status == "failed" and "gcc failed" in rows[le.C_REF].note
+    assert rows[le.NUMPY].status == "ok"
+    assert any("No core-peak figures: the C library did not build" in n for n in result.notes)
+
 
 def test_gradient_rows_are_checked_against_checkpoint_adjoint_where_direct_is_not_run(tmp_path, monkeypatch):
     """Quick mode runs no DirectAdjoint at 10,000 steps: CheckpointAdjoint is the reference there."""
@@ -420,3 +430,19 @@ def test_gradient_rows_are_checked_against_checkpoint_adjoint_where_direct_is_no
     assert rows[g.SCIAX_CKPT].extra["agreement"].startswith("ref")
     assert rows[g.SCAN_CKPT].extra["grad_rel_err"] == pytest.approx(0.1)
     assert rows[g.SCAN_CKPT].note.startswith(f"WRONG GRADIENT: off by 1.0e-01 relative to {g.SCIAX_CKPT}")
+
+
+def test_gradient_speed_is_not_judged_against_a_peer_with_a_wrong_gradient():
+    from benchmarks.harness import Measurement, SuiteResult
+    from benchmarks.suites import gradient as g
+
+    def row(impl, seconds, note=""):
+        return Measurement(suite=g.NAME, case=g.GRAD, impl=impl, precision="float64", size=g.MAIN_STEPS,
+                           size_name="steps", unit="traj-steps/s", time_median_s=seconds, note=note)
+
+    result = SuiteResult(measurements=[row(g.SCIAX_CKPT, 0.010), row(g.SCAN_CKPT, 0.020),
+                                       row(g.NUMPY, 0.005, "WRONG GRADIENT: off by 1.0e-01 relative to x")])
+    g._targets(result)
+    by_peer = {t.name.rsplit(" than ", 1)[1]: t for t in result.targets if " faster than " in t.name}
+    assert by_peer[g.SCAN_CKPT].met is True
+    assert by_peer[g.NUMPY].met is None and by_peer[g.NUMPY].note.startswith("WRONG GRADIENT")

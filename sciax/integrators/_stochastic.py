@@ -102,4 +102,5 @@ class LangevinBAOAB(AbstractIntegrator):
         return carry[0]
 
     def check_system(self, system) -> None:
-        check_stepped_by_acceleration("LangevinBAOAB", system)
+        check_stepped_by_acceleration("LangevinBAOAB", system,
+                                      instead="use EulerMaruyama with an AbstractSDE for other stochastic dynamics")

@@ -16,7 +16,8 @@ class _AbstractSymplectic(AbstractIntegrator):
     reversible: ClassVar[bool] = True
 
     def check_system(self, system) -> None:
-        check_stepped_by_acceleration(type(self).__name__, system)
+        check_stepped_by_acceleration(type(self).__name__, system,
+                                      instead="use a Runge–Kutta integrator for a general ODE")
 
 def _verlet(system, state: PhaseSpace, accel, dt):
     """One kick–drift–kick step; returns the new state and the acceleration at the new positions."""

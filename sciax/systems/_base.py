@@ -171,19 +171,19 @@ class AbstractHamiltonian(AbstractODE):
         return {"energy": self.energy(y)}
 
 
-def check_stepped_by_acceleration(integrator: str, system) -> None:
+def check_stepped_by_acceleration(integrator: str, system, *, instead: str) -> None:
     """For integrators that step (q, v) from `system.acceleration(positions)` alone (the
     symplectic splittings, Langevin BAOAB): the system must be an `AbstractHamiltonian` whose
     dynamics are exactly (v, F(q)/m). A subclass that overrides `vector_field` (damping, a
-    drive) would have that part silently ignored, so it is refused."""
+    drive) would have that part silently ignored, so it is refused. `instead`: what the
+    message advises for other systems (e.g. "use a Runge–Kutta integrator")."""
     if not isinstance(system, AbstractHamiltonian):
         raise TypeError(
             f"{integrator} steps an AbstractHamiltonian particle system (state PhaseSpace(positions, "
-            f"velocities)), got {type(system).__name__}; use a Runge–Kutta integrator for a general ODE.")
+            f"velocities)), got {type(system).__name__}; {instead}.")
     if type(system).vector_field is not AbstractHamiltonian.vector_field:
         raise TypeError(
             f"{integrator} steps positions and velocities from `acceleration(positions)` alone, but "
             f"{type(system).__name__} overrides `vector_field` (velocity- or time-dependent terms such as "
-            "damping or a drive), which it would ignore; use a Runge–Kutta integrator, or express the "
-            "forces through `potential_energy` (or `force`).")
-
+            f"damping or a drive), which it would ignore; express the forces through `potential_energy` "
+            f"(or `force`), or {instead}.")
