@@ -293,7 +293,8 @@ class _Frames(eqx.Module):
         observables = self.observables if observables is None else observables
         state = self.integrator.state(carry)
         user = self.to_user(state) if observables else None  # assembled once for all of them
-        obs = {name: fn(t, user, system) for name, fn in observables.items()}
+        # A Python number returned by an observable becomes an array, so it stacks over frames.
+        obs = {name: jtu.tree_map(jnp.asarray, fn(t, user, system)) for name, fn in observables.items()}
         return (state if self.save_states else None), obs, _frame_is_finite(state)
 
     def time(self, t0, dt, n):

@@ -316,6 +316,27 @@ class TestBadInput:
         step = 1 - 0.1 + 0.1**2 / 2 - 0.1**3 / 6 + 0.1**4 / 24  # RK4 on a linear ODE: the degree-4 Taylor factor
         np.testing.assert_allclose(traj.final_state, 0.5 * step**10, rtol=1e-14)
 
+    @pytest.mark.parametrize("adjoint", [sciax.DirectAdjoint(), sciax.CheckpointAdjoint(),
+                                         sciax.ReversibleAdjoint()], ids=["direct", "checkpoint", "reversible"])
+    def test_an_observable_returning_a_python_number(self, adjoint):
+        """An observable returning a Python float or int failed while the frames were stacked
+        ('float' object is not subscriptable); it is a 0-d array per frame, and a gradient
+        through another observable of the same run is unchanged by it."""
+        y0 = PhaseSpace(jnp.array([1.0]), jnp.array([0.0]))
+
+        def run(system, extra):
+            energy = {"energy": lambda t, y, s: jnp.sum(s.stiffness * y.positions**2 + s.masses * y.velocities**2)}
+            return sciax.simulate(system, y0, integrator=si.VelocityVerlet(), dt=0.01, n_steps=20, save_every=5,
+                                  adjoint=adjoint, observables={**energy, **extra})
+
+        traj = run(HarmonicOscillator(), {"half": lambda t, y, s: 0.5, "three": lambda t, y, s: 3})
+        np.testing.assert_array_equal(traj.observables["half"], np.full(5, 0.5))
+        np.testing.assert_array_equal(traj.observables["three"], np.full(5, 3))
+        assert traj.observables["three"].dtype.kind == "i"
+        grads = [jax.grad(lambda k, extra=extra: run(HarmonicOscillator(stiffness=k), extra).observables["energy"].sum())(2.0)
+                 for extra in ({}, {"half": lambda t, y, s: 0.5})]
+        assert np.isfinite(grads[0]) and grads[0] == grads[1]
+
     @pytest.mark.parametrize(("dt", "cast"), [(1e-46, "0.0"), (1e39, "inf")])
     def test_dt_that_is_zero_or_inf_in_the_states_precision(self, dt, cast):
         """dt was checked as given, then cast to float32: 1e-46 ran every step at dt = 0."""
