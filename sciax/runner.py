@@ -485,6 +485,9 @@ class _Driver:
 
     def _non_finite(self, frame: int, t: float):
         step = frame * self.sc.run.save_every
+        # The summary counts the steps its frames cover (up to the last finite frame), like
+        # t_final and n_frames; the checkpoint stays at the last chunk that ended finite.
+        self.steps_done = max(step - self.sc.run.save_every, 0)
         self.report.message("")
         summary = self._finalize("non-finite", non_finite={"frame": frame, "step": step, "time": t}).summary
         last = summary["n_frames"] - 1

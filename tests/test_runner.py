@@ -328,6 +328,11 @@ def test_non_finite_state_names_the_step_and_keeps_earlier_output(tmp_path):
     assert len(rows) == 1 + n_good
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "non-finite" and summary["non_finite"]["step"] == err.step
+    # Steps, frames and final time all describe the saved output (steps_done was the last
+    # checkpointed chunk's end, which could be 0 with 2,000 finite steps saved).
+    last_step = (n_good - 1) * s.run.save_every
+    assert summary["n_frames"] == n_good and summary["steps_done"] == last_step
+    assert summary["t_final"] == pytest.approx(last_step * 1.0)
     # The frames up to the blow-up equal a direct (finite) simulate call.
     ref = direct(dataclasses.replace(s, run=dataclasses.replace(s.run, n_steps=(n_good - 1) * s.run.save_every)))
     np.testing.assert_array_equal(traj["states.positions"], np.asarray(ref.states.positions))
