@@ -102,6 +102,23 @@ def test_python_number_fields_are_sweepable():
     assert by_where.outputs.dtype == jnp.float32
 
 
+@pytest.mark.parametrize("values", [np.array([10.0, 20.0], np.float32), [10, 20]], ids=["float32", "ints"])
+def test_a_weakly_typed_field_sweeps_in_the_states_precision(values):
+    """Lorenz() holds weakly typed float64 fields when x64 is on (converter=jnp.asarray of a
+    Python float). simulate runs them in a float32 state's precision; sweep cast the axis values
+    to float64 and refused the member ('wider float parameters at .rho')."""
+    y32 = Y0.astype(jnp.float32)
+    assert Lorenz().rho.weak_type and Lorenz().rho.dtype == jnp.float64
+    res = sciax.sweep(Lorenz(), y32, axes={"rho": values}, simulate_kwargs=KW, output=final)
+    assert res.outputs.dtype == jnp.float32
+    for i, rho in enumerate([10.0, 20.0]):
+        direct = sciax.simulate(Lorenz(rho=rho), y32, **KW).final_state
+        assert direct.dtype == jnp.float32
+        np.testing.assert_allclose(res.outputs[i], direct, rtol=1e-5)
+    assert sciax.sweep(Lorenz(), Y0, axes={"rho": values}, simulate_kwargs=KW, output=final).outputs.dtype \
+        == jnp.float64  # a float64 state keeps float64
+
+
 def test_whole_state_particle_state_and_where_axes():
     osc = HarmonicOscillator(stiffness=1.0, masses=1.0)
     state = PhaseSpace(jnp.array([1.0, 0.0]), jnp.array([0.0, 0.5]))

@@ -256,8 +256,11 @@ def _axis(name, coords, target, kind, state0=None, **where) -> ResolvedAxis:
     if not isinstance(target, jax.Array | np.ndarray | float | int):
         raise ValueError(f"sweep: axis {name!r} targets {describe(target)}; an axis must target an array leaf.")
     shape, dtype = jnp.shape(target), jnp.result_type(target)
-    if isinstance(target, float) and state0 is not None:
-        # A Python float takes the run's precision (the state's), as it would in the step itself.
+    weak_float = isinstance(target, float) or (
+        getattr(target, "weak_type", False) and jnp.issubdtype(dtype, jnp.floating))
+    if weak_float and state0 is not None:
+        # A Python float, or a weakly typed array made from one (a field with converter=jnp.asarray,
+        # float64 when x64 is on), takes the run's precision (the state's), as it does in the step.
         floats = [x for x in jtu.tree_leaves(state0) if jnp.issubdtype(jnp.result_type(x), jnp.floating)]
         dtype = jnp.result_type(*floats) if floats else dtype
     if coords.shape[1:] != shape:
