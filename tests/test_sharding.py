@@ -22,7 +22,7 @@ from sciax.systems import Lorenz
 
 Y0 = jnp.array([1.0, 0.0, 0.0])
 KW = dict(integrator=si.RK4(), dt=0.01, n_steps=60, save_every=20)
-AXES = {"rho": jnp.linspace(5.0, 30.0, 11), "sigma": jnp.array([8.0, 10.0, 1e4])}  # 33 members, 11 fail
+AXES = {"rho": jnp.linspace(5.0, 30.0, 45), "sigma": jnp.array([8.0, 10.0, 1e4])}  # 135 members, 45 fail
 
 needs_4 = pytest.mark.skipif(len(jax.devices("cpu")) < 4, reason="needs 4 host CPU devices (tests/conftest.py)")
 
@@ -33,23 +33,49 @@ def run(devices, **kwargs):
 
 
 @needs_4
-@pytest.mark.parametrize("batch_size", [None, 32])  # one chunk; two chunks of 8 members per device
+@pytest.mark.parametrize("batch_size", [None, 128])  # one chunk; two chunks of 32 members per device
 def test_sharded_equals_unsharded_in_process(batch_size):
     single = run(1)
     sharded = run(4, batch_size=batch_size)
     mesh = run(Mesh(np.array(jax.devices("cpu")[:4]), ("members",)), batch_size=batch_size)
     assert single.info["devices"] == 1 and sharded.info["devices"] == mesh.info["devices"] == 4
     assert sharded.info["partitioning"] == "shard_map"
-    assert sharded.info["padding"] > 0  # 33 members do not divide evenly over 4 devices
+    assert sharded.info["padding"] > 0  # 135 members do not divide evenly over 4 devices
     assert sharded.info["chunks"] == (2 if batch_size else 1)
     for other in (sharded, mesh):
         for a, b in zip(jax.tree.leaves(single.outputs), jax.tree.leaves(other.outputs)):
             np.testing.assert_array_equal(a, b)  # bitwise, NaNs of failed members included
         np.testing.assert_array_equal(single.ok, other.ok)
-        assert single.failures == other.failures and len(single.failures) == 11
+        assert single.failures == other.failures and len(single.failures) == 45
         for name in ("mean", "var", "max"):  # summation order may differ: tight tolerance
             for a, b in zip(jax.tree.leaves(single.reductions[name]), jax.tree.leaves(other.reductions[name])):
                 np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+
+
+@needs_4
+@pytest.mark.parametrize("integrator", [si.RK4(), si.Tsit5()], ids=["rk4", "tsit5"])
+def test_sharded_float32_equals_unsharded(integrator):
+    """Float32, one device vs four (two chunks of 32 members per device) vs one device running
+    chunks of 32. RK4 gives the same bits in every layout. Fixed-step Tsit5 does not: XLA:CPU
+    compiles its loop over members differently for other chunk sizes and inside `shard_map`
+    (see `LANES` in sciax/ensemble/_sweep.py), and the last-bit differences grow along the
+    chaotic Lorenz trajectories to at most 4.5e-6 relative here; a bound of 1e-5 still catches
+    any member computed with the wrong parameters or state."""
+    kw = dict(KW, integrator=integrator)
+
+    def go(devices, batch_size=None):
+        return sciax.sweep(Lorenz(), Y0.astype(jnp.float32), axes=AXES, simulate_kwargs=kw, devices=devices,
+                           batch_size=batch_size, output=_final)
+
+    sharded, chunked, whole = go(4, batch_size=128), go(1, batch_size=32), go(1)
+    assert (sharded.info["batch_size"], chunked.info["batch_size"], whole.info["batch_size"]) == (128, 32, 160)
+    assert sharded.outputs.dtype == jnp.float32 and sharded.info["partitioning"] == "shard_map"
+    assert sharded.failures == chunked.failures == whole.failures and len(whole.failures) == 45
+    for other in (sharded, chunked):
+        if isinstance(integrator, si.RK4):
+            np.testing.assert_array_equal(other.outputs, whole.outputs)  # NaNs of failed members included
+        else:
+            np.testing.assert_allclose(other.outputs, whole.outputs, rtol=1e-5)
 
 
 @needs_4
@@ -77,7 +103,7 @@ def test_no_cross_device_communication_while_stepping():
                      reduce=reduce, reduce_over=None, keep=None, key=None, batch_size=None, memory_budget=None,
                      devices=4, check_finite=True, order=None, gather=True)
         tables = [jnp.asarray(a.values) for a in plan.axes]
-        return _chunk.lower(plan.config, plan.payload, tables, None, jnp.int32(0), jnp.int32(33)).compile() \
+        return _chunk.lower(plan.config, plan.payload, tables, None, jnp.int32(0), jnp.int32(135)).compile() \
             .compiled.as_text()
 
     collectives = ("all-reduce", "all-gather", "collective-permute", "all-to-all", "reduce-scatter")
@@ -98,14 +124,14 @@ def test_chunks_copy_nothing_between_devices():
     axis table would cross the interconnect). Checked with JAX's transfer guard, over several
     chunks, with a member order and on the memory-budget (ahead-of-time compiled) path."""
     def sweep(**kwargs):
-        return sciax.sweep(Lorenz(), Y0, axes={"rho": jnp.linspace(5.0, 30.0, 64)}, simulate_kwargs=KW, devices=4,
+        return sciax.sweep(Lorenz(), Y0, axes={"rho": jnp.linspace(5.0, 30.0, 256)}, simulate_kwargs=KW, devices=4,
                            output=_final, reduce="mean", **kwargs)
 
     reference = sweep()
     member = reference.info["member_bytes"]
     with jax.transfer_guard_device_to_device("disallow"):
-        chunked = sweep(batch_size=32)
-        ordered = sweep(batch_size=32, order=np.arange(64)[::-1].copy())
+        chunked = sweep(batch_size=128)
+        ordered = sweep(batch_size=128, order=np.arange(256)[::-1].copy())
         budgeted = sweep(memory_budget=40 * member)
     assert chunked.info["chunks"] == ordered.info["chunks"] == 2
     for other in (chunked, ordered, budgeted):
@@ -127,10 +153,10 @@ SCRIPT = textwrap.dedent("""
     from sciax.systems import Lorenz
     assert len(jax.devices()) == 4, jax.devices()
     kw = dict(integrator=si.RK4(), dt=0.01, n_steps=60, save_every=20)
-    axes = {"rho": jnp.linspace(5.0, 30.0, 11), "state0[0]": jnp.array([1.0, 2.0, 3.0])}
+    axes = {"rho": jnp.linspace(5.0, 30.0, 45), "state0[0]": jnp.array([1.0, 2.0, 3.0])}
     runs = [sciax.sweep(Lorenz(), jnp.array([1.0, 0.0, 0.0]), axes=axes, simulate_kwargs=kw, devices=d,
                         batch_size=b, reduce="mean", keep=True)
-            for d, b in [(1, None), (4, None), (4, 32)]]
+            for d, b in [(1, None), (4, None), (4, 128)]]
     print(json.dumps({
         "devices": [r.info["devices"] for r in runs],
         "chunks": [r.info["chunks"] for r in runs],

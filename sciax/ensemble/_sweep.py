@@ -35,8 +35,8 @@ from ._result import MEMBER, SweepResult
 
 _RESERVED = {"system", "state0", "y0", "key", "check_finite"}
 
-# Members per cache block inside a chunk on CPU devices with one thread each (a multiple of 8,
-# see below). Measured
+# Members per cache block inside a chunk on CPU devices with one thread each (a multiple of
+# LANES, see below). Measured
 # 2026-11-22 on one core (AMD EPYC, AVX-512), `sweep` over a Lorenz RK4 ensemble, 1e5 members,
 # 1,000 steps: one vmap over all members ran 9.6e8 (float32) / 4.9e8 (float64) trajectory-steps/s,
 # blocks of 8,192 members 1.10e9 / 5.7e8. Accelerators get no blocking: a GPU needs far more
@@ -111,11 +111,15 @@ def _cache_block(platform: str, output_bytes: int = 0, threads: int = 1) -> int 
 
 
 # Members per device per chunk are rounded up to a multiple of LANES. On XLA:CPU a member's
-# result was bitwise the same for every vmapped batch size that is a multiple of 8 (and most
-# others), but not for batches of 1, 9 or 13, where LLVM unrolls the loop over members and
-# vectorises it differently. Rounding makes results independent of chunk size and device
-# count; the padding (< 8 members per device) is computed and dropped.
-LANES = 8
+# last bits can depend on how many members are vmapped together: the HLO is the same, but LLVM
+# vectorises and unrolls the loop over members differently. Measured on this project's AVX-512
+# machine (2026-11-23, jax 0.10.2), against a 512-member reference: float32 Lorenz under Tsit5,
+# Dopri5 and Dopri8 differed at 16 members per device, float64 NBody at 8 and 9; multiples of 32
+# (32 to 256; Euler, Heun, RK4, Tsit5, Dopri5, Dopri8; float32 and float64) agreed there. It is
+# not a guarantee: float32 Tsit5 over 60 steps still differs between 32 and 64 members and
+# inside `shard_map` (docs/multihost.md). RK4 agreed in every layout tried. The padding
+# (< 32 members per device) is computed and dropped.
+LANES = 32
 
 
 @with_fewer_collections
@@ -175,8 +179,9 @@ def sweep(
       kept: `reduce="mean", reduce_over=("seed",)` gives the mean over seeds for every rho.
     - `keep`: keep every member's output on the host (default: True unless `reduce` is given).
     - `key`: base `jax.random` key; without a `"seed"` axis member `i` gets `fold_in(key, i)`.
-    - `batch_size`: members per chunk, rounded up to a multiple of 8 x the device count (see
-      `LANES`: this keeps results bitwise independent of chunking and device count), and
+    - `batch_size`: members per chunk, rounded up to a multiple of 32 x the device count (see
+      `LANES`: for RK4 this keeps results bitwise independent of chunking and device count;
+      Tsit5 in float32 can differ in the last bits), and
       lowered where a chunk that size would not fit the memory budget.
     - `memory_budget`: bytes of device memory per device a chunk may use; the chunk size is
       chosen from an estimate of one member's footprint (its rollout output, kept output and
