@@ -1,15 +1,26 @@
 """`equilibrium`: mechanical equilibria of particle systems, differentiable by the implicit
 function theorem (Optimistix's `ImplicitAdjoint`), never by backpropagating through iterations."""
 
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optimistix as optx
 
 from ._collector import with_fewer_collections
 from ._errors import StateMismatchError
 from ._solvers import BFGS
-from ._validation import check_precision, describe, state_dtype
+from ._validation import (
+    check_finite_state,
+    check_precision,
+    describe,
+    is_concrete,
+    positive_int,
+    real_number,
+    state_dtype,
+)
 from .systems._base import AbstractHamiltonian
 
 
@@ -54,22 +65,30 @@ def equilibrium(
     - `fixed`: bool array like the positions; `True` holds that coordinate at its value in
       `positions0` (supports, clamps). The free coordinates must have a unique minimum: a free
       chain or network with nothing fixed can translate and rotate, and its Hessian is singular.
-    - `rtol`, `atol`, `max_steps`: tolerances and iteration limit of the BFGS minimisation
-      (default 1e-10 in float64, 1e-5 in float32); the result is then polished by Newton's
-      method on ∇E = 0 (dense Hessian: meant for systems of up to a few thousand coordinates),
-      which stops when its steps stop contracting at round-off (Optimistix's Kantorovich
-      criterion; a fixed absolute bound on |∇E| cannot be met when stiff springs make the
-      round-off in ∇E ~ k |q| ε larger than it).
-    - `throw`: raise if the minimiser does not converge (else check `converged`).
+    - `rtol`, `atol`, `max_steps`: tolerances (finite, ≥ 0, not both 0) and iteration limit (a
+      positive int) of the BFGS minimisation (default 1e-10 in float64, 1e-5 in float32); the
+      result is then polished by Newton's method on ∇E = 0 (dense Hessian: meant for systems of
+      up to a few thousand coordinates), which stops when its steps stop contracting at
+      round-off (Optimistix's Kantorovich criterion; a fixed absolute bound on |∇E| cannot be
+      met when stiff springs make the round-off in ∇E ~ k |q| ε larger than it).
+    - `throw`: `True` or `False`: raise if the minimiser does not converge (else check `converged`).
 
     **Returns:** an `Equilibrium`.
 
-    **Raises:** `TypeError` for a system that is not a particle system; `ValueError` for shapes
-    that do not match; Optimistix's error when `throw=True` and the minimiser fails.
+    **Raises:** `TypeError` for a system that is not a particle system, or a `max_steps`,
+    `rtol`, `atol` or `throw` of the wrong type; `ValueError` for shapes that do not match,
+    NaN or Inf in `positions0` or `external_force`, `max_steps` < 1, and tolerances that are
+    negative, non-finite or both zero (checked when known on the host, not when traced);
+    Optimistix's error when `throw=True` and the minimiser fails.
     """
     if not isinstance(system, AbstractHamiltonian):
         raise TypeError(f"equilibrium: `system` must be an AbstractHamiltonian particle system, "
                         f"got {type(system).__name__}.")
+    max_steps = positive_int("max_steps", max_steps, "equilibrium")
+    _check_tolerances(rtol, atol)
+    if not isinstance(throw, bool | np.bool_):
+        raise TypeError(f"equilibrium: `throw` must be True or False, got {describe(throw)}.")
+    throw = bool(throw)
     positions0 = jnp.asarray(positions0)
     try:
         dtype = state_dtype(positions0)
@@ -81,10 +100,15 @@ def equilibrium(
     if positions0.ndim == 0 or positions0.shape[:-1] != expected:
         raise ValueError(f"equilibrium: `positions0` must have shape masses.shape + (d,) = {expected} + (d,), "
                          f"got {describe(positions0)}.")
+    check_finite_state("equilibrium", "positions0", positions0)
     force = jnp.zeros_like(positions0) if external_force is None else jnp.asarray(external_force, dtype)
     if force.shape != positions0.shape:
         raise ValueError(f"equilibrium: `external_force` must have the shape of the positions {positions0.shape}, "
                          f"got {describe(force)}.")
+    try:  # after the cast: a float32 load of 1e39 is inf
+        check_finite_state("equilibrium", "external_force", force)
+    except ValueError as err:
+        raise ValueError(str(err).replace("the run needs a finite initial state", "the load must be finite")) from None
     held = jnp.zeros(positions0.shape, bool) if fixed is None else jnp.asarray(fixed)
     if held.shape != positions0.shape or held.dtype != bool:
         raise ValueError(f"equilibrium: `fixed` must be a bool array of shape {positions0.shape}, "
@@ -130,3 +154,24 @@ def equilibrium(
         n_steps=start.stats["num_steps"] + solution.stats["num_steps"],
         converged=converged,
     )
+
+
+def _check_tolerances(rtol, atol) -> None:
+    """`rtol`, `atol`: `None` (the default) or real scalars; when known on the host (not traced
+    inside `jit`/`grad`), finite, ≥ 0 and not both 0. (`rtol=0` asks for an absolute tolerance
+    only; with both 0 the step test |Δq| < rtol·|q| + atol can never pass.)"""
+    values = {}
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if value is None:
+            continue
+        real_number("equilibrium", name, value)
+        if jnp.ndim(value) != 0:
+            raise ValueError(f"equilibrium: `{name}` must be a scalar, got {describe(value)}.")
+        if is_concrete(value):
+            v = float(value)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"equilibrium: `{name}` must be finite and >= 0, got {v!r}.")
+            values[name] = v
+    if values.get("rtol") == 0 and values.get("atol") == 0:
+        raise ValueError("equilibrium: `rtol` and `atol` are both 0, a tolerance no step can meet; "
+                         "make at least one of them positive.")

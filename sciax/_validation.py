@@ -23,22 +23,38 @@ def describe(x) -> str:
     return f"{type(x).__name__} {x!r}"
 
 
-def positive_int(name: str, value) -> int:
+def positive_int(name: str, value, where: str | None = None) -> int:
+    """`value` as an int, if it is an integer > 0 (`where`, the calling function, starts the message)."""
+    at = f"{where}: " if where else ""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"`{name}` must be a Python int, got {describe(value)}.")
+        raise TypeError(f"{at}`{name}` must be a Python int, got {describe(value)}.")
     if value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer, got {value}.")
+        raise ValueError(f"{at}`{name}` must be a positive integer, got {value}.")
     return int(value)
 
 
-def positive_finite_scalar(name: str, value) -> None:
-    """Check a step size or duration when its value is known on the host."""
+def real_number(where: str, name: str, value) -> None:
+    """Raise `TypeError` unless `value` is a real number: a Python int or float, or a NumPy/JAX
+    scalar, 0-d array or tracer of integer or floating dtype. Strings, bools and complex numbers
+    are refused (float("0.1") and float(True) would accept them silently)."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    else:
+        ok = jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.floating)
+    if not ok:
+        raise TypeError(f"{where}: `{name}` must be a real number, got {describe(value)}.")
+
+
+def positive_finite_scalar(name: str, value, where: str = "solve") -> None:
+    """Check a tolerance when its value is known on the host (`where`: the calling function)."""
     if jnp.ndim(value) != 0:
-        raise ValueError(f"`{name}` must be a scalar, got {describe(value)}.")
+        raise ValueError(f"{where}: `{name}` must be a scalar, got {describe(value)}.")
+    real_number(where, name, value)
     if is_concrete(value):
         v = float(value)
         if not math.isfinite(v) or v <= 0:
-            raise ValueError(f"`{name}` must be positive and finite, got {v}.")
+            raise ValueError(f"{where}: `{name}` must be positive and finite, got {v}.")
 
 
 def check_time_scalar(where: str, name: str, value, dtype, *, positive: bool = False) -> None:
@@ -47,6 +63,7 @@ def check_time_scalar(where: str, name: str, value, dtype, *, positive: bool = F
     turns 1e-46 into 0 and 1e39 into inf."""
     if jnp.ndim(value) != 0:
         raise ValueError(f"{where}: `{name}` must be a scalar, got {describe(value)}.")
+    real_number(where, name, value)
     if is_concrete(value):
         with np.errstate(over="ignore", under="ignore"):
             cast = float(np.asarray(value).astype(dtype))
@@ -144,7 +161,18 @@ def check_precision(system, state_dtype, where: str, what: str = "the system") -
 
 
 def astype(tree, dtype):
-    """Cast every floating-point array leaf of a pytree (a system, a state) to `dtype`."""
+    """Cast every floating-point array leaf of a pytree (a system, a state) to `dtype`, a floating
+    dtype (float32 or float64)."""
+    try:
+        wanted = None if dtype is None else jnp.dtype(dtype)
+    except TypeError:  # not a dtype at all, e.g. "foo"
+        wanted = None
+    if wanted is None or not jnp.issubdtype(wanted, jnp.floating):
+        got = repr(dtype) if wanted is None else wanted.name
+        raise TypeError(f"astype: `dtype` must be a floating dtype (float32 or float64), got {got}.")
+    if wanted.itemsize == 8 and not jax.config.jax_enable_x64:  # JAX would give float32, silently
+        raise ValueError("astype: float64 needs x64 on (jax.config.update('jax_enable_x64', True) before any "
+                         "array is created); without it JAX makes float32 arrays.")
     return jtu.tree_map(
         lambda x: x.astype(dtype)
         if isinstance(x, jax.Array | np.ndarray | np.generic) and jnp.issubdtype(x.dtype, jnp.floating) else x,

@@ -24,6 +24,7 @@ import jax.tree_util as jtu
 import numpy as np
 from matplotlib.figure import Figure
 
+from ._validation import positive_int
 from .io._atomic import atomic_write
 from .io._drift import drift_errors
 
@@ -173,6 +174,7 @@ def plot_trajectory(traj, *, system=None, conserved=(), title=None, component_na
 
     **Returns:** a `matplotlib.figure.Figure` (save it with `save_figure` or `fig.savefig`).
     """
+    max_points = positive_int("max_points", max_points, where="plot_trajectory")
     times = np.asarray(traj.times)
     if times.ndim != 1:
         raise ValueError(f"plot_trajectory draws one trajectory; got times of shape {times.shape} "

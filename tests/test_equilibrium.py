@@ -99,3 +99,70 @@ def test_bad_input():
         sciax.equilibrium(chain32, jnp.zeros((3, 1), jnp.float32), external_force=jnp.ones((3, 1), jnp.float64))
     with pytest.raises(sciax.StateMismatchError, match=r"equilibrium: `positions0`: .*floating point"):
         sciax.equilibrium(chain, jnp.zeros((3, 1), jnp.int32))
+
+
+def _chain_inputs():
+    chain = MassSpringChain(masses=jnp.ones(3))
+    q0 = jnp.array([[0.0], [1.1], [2.2]])
+    fixed = jnp.zeros((3, 1), bool).at[0].set(True)
+    return chain, q0, fixed
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    (dict(positions0=jnp.array([[0.0], [jnp.nan], [2.2]])), ValueError,
+     r"^equilibrium: `positions0` holds NaN or Inf \(1 value\(s\), the first at positions0\[1, 0\]\)"),
+    (dict(positions0=jnp.array([[0.0], [1.1], [jnp.inf]])), ValueError,
+     r"^equilibrium: `positions0` holds NaN or Inf"),
+    (dict(external_force=jnp.zeros((3, 1)).at[2, 0].set(jnp.nan)), ValueError,
+     r"^equilibrium: `external_force` holds NaN or Inf \(1 value\(s\), the first at external_force\[2, 0\]\); "
+     r"the load must be finite"),
+    (dict(max_steps=0), ValueError, r"^equilibrium: `max_steps` must be a positive integer, got 0\.$"),
+    (dict(max_steps=-5), ValueError, r"^equilibrium: `max_steps` must be a positive integer, got -5\.$"),
+    (dict(max_steps=10.5), TypeError, r"^equilibrium: `max_steps` must be a Python int, got float 10\.5\.$"),
+    (dict(max_steps=True), TypeError, r"^equilibrium: `max_steps` must be a Python int, got bool True\.$"),
+    (dict(rtol="a"), TypeError, r"^equilibrium: `rtol` must be a real number, got str 'a'\.$"),
+    (dict(atol="a"), TypeError, r"^equilibrium: `atol` must be a real number, got str 'a'\.$"),
+    (dict(rtol=1j), TypeError, r"^equilibrium: `rtol` must be a real number, got complex 1j\.$"),
+    (dict(atol=True), TypeError, r"^equilibrium: `atol` must be a real number, got bool True\.$"),
+    (dict(rtol=jnp.array([1e-8, 1e-8])), ValueError,
+     r"^equilibrium: `rtol` must be a scalar, got array of shape \(2,\)"),
+    (dict(rtol=-1), ValueError, r"^equilibrium: `rtol` must be finite and >= 0, got -1\.0\.$"),
+    (dict(atol=-1e-8), ValueError, r"^equilibrium: `atol` must be finite and >= 0, got -1e-08\.$"),
+    (dict(rtol=float("nan")), ValueError, r"^equilibrium: `rtol` must be finite and >= 0, got nan\.$"),
+    (dict(atol=float("inf")), ValueError, r"^equilibrium: `atol` must be finite and >= 0, got inf\.$"),
+    (dict(rtol=0.0, atol=0), ValueError, r"^equilibrium: `rtol` and `atol` are both 0"),
+    (dict(throw="no"), TypeError, r"^equilibrium: `throw` must be True or False, got str 'no'\.$"),
+    (dict(throw=1), TypeError, r"^equilibrium: `throw` must be True or False, got int 1\.$"),
+])
+def test_bad_arguments_are_refused_on_the_host(kwargs, error, message):
+    chain, q0, fixed = _chain_inputs()
+    kwargs = dict(positions0=q0, fixed=fixed) | kwargs
+    with pytest.raises(error, match=message):
+        sciax.equilibrium(chain, **kwargs)
+
+
+def test_float32_infinite_load_after_cast_is_refused():
+    chain, q0, fixed = _chain_inputs()
+    chain32 = sciax.astype(chain, jnp.float32)
+    load = np.zeros((3, 1)).astype(np.float32)
+    with pytest.raises(ValueError, match=r"^equilibrium: `external_force` holds NaN or Inf"):
+        sciax.equilibrium(chain32, q0.astype(jnp.float32), fixed=fixed, external_force=load + np.float32(np.inf))
+
+
+def test_valid_edge_arguments_are_accepted():
+    # rtol=0 (absolute tolerance only), NumPy scalars and np.bool_ are valid; throw=False runs.
+    chain, q0, fixed = _chain_inputs()
+    eq = sciax.equilibrium(chain, q0, fixed=fixed, rtol=0.0, atol=np.float64(1e-10), max_steps=np.int64(500),
+                           throw=np.bool_(True))
+    assert bool(eq.converged)
+    np.testing.assert_allclose(eq.positions[:, 0], [0.0, 1.0, 2.0], atol=1e-9)
+
+
+def test_checks_skip_traced_values():
+    # Under jit/grad the positions and tolerances are tracers: the value checks are skipped, not failed.
+    chain, q0, fixed = _chain_inputs()
+    load = jnp.zeros((3, 1)).at[2, 0].set(0.5)
+    run = jax.jit(lambda q, f, r: sciax.equilibrium(chain, q, external_force=f, fixed=fixed, rtol=r).positions)
+    np.testing.assert_allclose(run(q0, load, 1e-10)[:, 0], [0.0, 1.5, 3.0], atol=1e-9)
+    g = jax.grad(lambda f: sciax.equilibrium(chain, q0, external_force=f, fixed=fixed).positions[2, 0])(load)
+    np.testing.assert_allclose(g[:, 0], [0.0, 1.0, 2.0], atol=1e-7)  # stiffness 1: dx_2/df_2 = 2, dx_1/df_2 = 1

@@ -6,6 +6,8 @@ import json
 import zipfile
 
 import equinox as eqx
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ._atomic import atomic_write
@@ -28,7 +30,8 @@ def load_checkpoint(path, like):
 
     **Returns:** `(state, meta)`.
 
-    **Raises:** `ValueError` if the file is not a sciax checkpoint or its state does not match `like`.
+    **Raises:** `ValueError` if the file is not a sciax checkpoint or its state does not match `like`
+    (its structure, shapes or dtypes: a checkpoint is never converted to another precision).
     """
     try:
         with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as data:  # closed even if torn
@@ -36,10 +39,40 @@ def load_checkpoint(path, like):
             raw = data["state"].tobytes()
     except (KeyError, OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # e.g. truncated
         raise ValueError(f"{path}: not a readable sciax checkpoint ({type(e).__name__}: {e}).") from e
+    saved_dtypes = []  # (on disk, in `like`) for each array leaf
     try:
-        state = eqx.tree_deserialise_leaves(io.BytesIO(raw), like)
+        state = eqx.tree_deserialise_leaves(io.BytesIO(raw), like, filter_spec=_recording_dtypes(saved_dtypes))
     except Exception as e:  # structure/shape/dtype mismatch inside equinox/numpy
+        error = e
+    else:
+        error = None
+    for saved, wanted in saved_dtypes:  # checked whatever the x64 setting (JAX loads float64 as float32 without it)
+        if saved != wanted:
+            x64 = " (float64 needs jax.config.update('jax_enable_x64', True))" \
+                if saved == np.float64 and not jax.config.jax_enable_x64 else ""
+            raise ValueError(
+                f"{path}: the checkpoint holds {saved} data but `like` (the state to load into) is {wanted}; "
+                f"load_checkpoint does not change precision. Load it with a {saved} `like`{x64}."
+            ) from error
+    if error is not None:
         raise ValueError(
-            f"{path}: the saved state does not match the scenario's state structure ({e})."
-        ) from e
+            f"{path}: the saved state does not match the structure, shapes and dtypes of `like` "
+            f"(the state to load into; the initial state when a run resumes) ({error})."
+        ) from error
     return state, meta
+
+
+def _recording_dtypes(out: list):
+    """Equinox's leaf loader, appending `(dtype on disk, dtype of like)` to `out` for each array leaf."""
+
+    def load(f, x):
+        if isinstance(x, jax.Array | jax.ShapeDtypeStruct | np.ndarray | np.generic):
+            start = f.tell()
+            saved = np.load(f, allow_pickle=False).dtype
+            f.seek(start)
+            if saved == np.dtype("V2"):  # how jnp.save writes bfloat16
+                saved = jnp.dtype(jnp.bfloat16)
+            out.append((saved, x.dtype))
+        return eqx.default_deserialise_filter_spec(f, x)
+
+    return load
