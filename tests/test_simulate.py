@@ -333,8 +333,10 @@ class TestBadInput:
         np.testing.assert_array_equal(traj.observables["half"], np.full(5, 0.5))
         np.testing.assert_array_equal(traj.observables["three"], np.full(5, 3))
         assert traj.observables["three"].dtype.kind == "i"
-        grads = [jax.grad(lambda k, extra=extra: run(HarmonicOscillator(stiffness=k), extra).observables["energy"].sum())(2.0)
-                 for extra in ({}, {"half": lambda t, y, s: 0.5})]
+        def energy_sum(k, extra):
+            return run(HarmonicOscillator(stiffness=k), extra).observables["energy"].sum()
+
+        grads = [jax.grad(energy_sum)(2.0, extra) for extra in ({}, {"half": lambda t, y, s: 0.5})]
         assert np.isfinite(grads[0]) and grads[0] == grads[1]
 
     @pytest.mark.parametrize(("dt", "cast"), [(1e-46, "0.0"), (1e39, "inf")])
