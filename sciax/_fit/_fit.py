@@ -92,8 +92,9 @@ def fit(
       tolerances on noisy data it rejected steps at the optimum until `max_steps` (seen under
       jax 0.10.0). An instance is used as given.
     - `jacobian`: `"auto"` (forward mode when the unknowns are no more than the residuals,
-      reverse mode otherwise, unless the rollout supports only the other, as
-      `ReversibleAdjoint` supports only reverse mode), `"forward"` or `"reverse"`. It sets how the residual Jacobian
+      reverse mode otherwise; for a minimiser such as BFGS, whose gradient is that of one
+      scalar loss, forward mode only up to 4 unknowns; unless the rollout supports only the
+      other, as `ReversibleAdjoint` supports only reverse mode), `"forward"` or `"reverse"`. It sets how the residual Jacobian
       is formed (Optimistix's `options={"jac": ...}`; for BFGS, the gradient's
       `autodiff_mode`), at the optimum for the covariance too, and the rollout's adjoint when
       it has an automatic one (`Solve(adjoint=None)`).
