@@ -468,23 +468,51 @@ def test_non_convergence_is_reported_never_success():
     assert "not finite" in result.message
 
 
-def test_plot_fit_draws_data_curve_and_band():
+def _band(fig):
+    """(t, fitted curve, lower, upper) of the first axes' band (fill_between's polygon)."""
     from matplotlib.collections import PolyCollection
+
+    ax = fig.axes[0]
+    (poly,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    vertices = poly.get_paths()[0].vertices
+    t, fitted = ax.lines[0].get_xdata(), ax.lines[0].get_ydata()
+    at = [vertices[np.isclose(vertices[:, 0], ti, rtol=0, atol=1e-12), 1] for ti in t]
+    return t, fitted, np.array([a.min() for a in at]), np.array([a.max() for a in at])
+
+
+def test_plot_fit_band_is_the_delta_method_band():
+    """The 95% band around the fitted curve against an independent one: the delta method on the
+    exact solution x(t; ω, ζ) = e^{-ζωt}(x₀ cos ω_d t + (v₀ + ζωx₀)/ω_d sin ω_d t), half-width
+    1.96 √(gᵀ Σ g) with g = ∂x/∂(ω, ζ) by central differences. A band drawn from a zero or a
+    wrong covariance fails; four times the covariance doubles it."""
     from matplotlib.figure import Figure
 
     data = noisy(3)
     result = fit_oscillator(data, sigma=0.05)
-    fig = sciax.plot_fit(result, TIMES, data, n_samples=50, labels=["x"])
-    assert isinstance(fig, Figure)
-    (ax,) = fig.axes
-    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
-    assert len(bands) == 1
-    band = bands[0].get_paths()[0].vertices
-    fitted = ax.lines[0].get_ydata()
-    # the band is narrow (parameters are well determined) but not empty, around the fit
-    width = np.ptp(band[:, 1])
-    assert width > 0 and np.max(np.abs(fitted)) <= 1.0 + 1e-6
-    assert len(ax.lines[1].get_xdata()) == len(TIMES)
+    fig = sciax.plot_fit(result, TIMES, data, n_samples=400, labels=["x"])
+    assert isinstance(fig, Figure) and len(fig.axes[0].lines[1].get_xdata()) == len(TIMES)
+    t, fitted, lower, upper = _band(fig)
+    assert np.all(lower <= fitted + 1e-12) and np.all(fitted <= upper + 1e-12)  # the band holds the fit
+
+    omega, zeta = float(result.params["omega"]), float(result.params["zeta"])
+
+    def x(w, z):
+        wd = w * np.sqrt(1 - z**2)
+        return np.exp(-z * w * t) * (np.cos(wd * t) + z * w / wd * np.sin(wd * t))  # x₀ = 1, v₀ = 0
+
+    np.testing.assert_allclose(fitted, x(omega, zeta), atol=1e-6)  # RK4 at dt = 0.01
+    h = 1e-6
+    g = np.stack([(x(omega + h, zeta) - x(omega - h, zeta)) / (2 * h),
+                  (x(omega, zeta + h) - x(omega, zeta - h)) / (2 * h)], axis=1)
+    half_width = 1.959964 * np.sqrt(np.einsum("ti,ij,tj->t", g, np.asarray(result.covariance), g))
+    where = half_width > 0.2 * half_width.max()  # away from the zeros of ∂x/∂θ
+    ratio = 0.5 * (upper - lower)[where] / half_width[where]
+    assert 0.9 < np.median(ratio) < 1.1, np.median(ratio)  # 400 draws: quantiles to a few percent
+
+    wider = sciax.plot_fit(eqx.tree_at(lambda r: r.covariance, result, 4 * result.covariance), TIMES, data,
+                           n_samples=400, labels=["x"])
+    _, _, lower4, upper4 = _band(wider)
+    np.testing.assert_allclose(np.median((upper4 - lower4)[where] / (upper - lower)[where]), 2.0, rtol=0.02)
 
 
 # ---------------------------------------------------------------------------------------------
