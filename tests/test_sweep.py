@@ -451,6 +451,23 @@ def test_merging_chunks_with_infinite_or_absent_members_gives_numpys_answer():
         np.testing.assert_allclose(res.reductions["mean"], values.mean(1), rtol=1e-6)
 
 
+def test_reductions_of_a_boolean_output_count_it_as_0_and_1():
+    """A flag per member ("did it escape?"): mean and sum came back None and, with keep off by
+    default under reduce=, the outputs were dropped too. Now as NumPy: the mean is the fraction,
+    the sum the number of members that set it; checked in one chunk and in two."""
+    rho = jnp.linspace(0.0, 30.0, 40)
+    kw = dict(integrator=si.RK4(), dt=0.01, n_steps=10)
+    for batch in (None, 32):
+        res = sciax.sweep(Lorenz(), Y0, axes={"rho": rho}, simulate_kwargs=kw, output=lambda t: t.final_state[1] > 0.3,
+                          reduce=["mean", "sum", "var", "max", "median"], keep=True, batch_size=batch, devices=1)
+        flags = np.asarray(res.outputs)
+        assert flags.dtype == np.bool_ and 0 < flags.sum() < 40 and res.info["chunks"] == (1 if batch is None else 2)
+        assert res.reductions["sum"] == flags.sum() and np.issubdtype(res.reductions["sum"].dtype, np.integer)
+        np.testing.assert_allclose(res.reductions["mean"], flags.mean(), rtol=1e-15)
+        np.testing.assert_allclose(res.reductions["var"], flags.var(), rtol=1e-14)
+        assert res.reductions["max"] == 1 and res.reductions["median"] == np.median(flags)
+
+
 # ------------------------------------------------------------------------------ failures
 def test_failing_members_reported_with_coordinates_others_complete():
     sigma = jnp.array([10.0, 1e4])  # RK4 at dt=0.01 is unstable for sigma = 1e4

@@ -144,7 +144,7 @@ class _Leafwise(Reduction):
         raise NotImplementedError
 
     def applies_to(self, dtype) -> bool:
-        return jnp.issubdtype(dtype, jnp.number)
+        return jnp.issubdtype(dtype, jnp.number) or dtype == jnp.bool_  # booleans count as 0 and 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -344,7 +344,7 @@ class Quantile(Reduction):
         """`values` (grid..., leaf...), `valid` (grid...): quantile over `reduce_axes`."""
 
         def leaf(x):
-            if not np.issubdtype(x.dtype, np.number):
+            if not (np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_):
                 return None
             x = np.asarray(x, dtype=np.result_type(x.dtype, np.float32))
             x_valid = x
@@ -453,11 +453,16 @@ def resolve_reductions(reduce) -> dict[str, Reduction]:
 def tree_partial(red: Reduction, outs, mask, groups, n_groups):
     """One chunk's partial state (`outs` has a leading member axis; runs inside jit).
 
-    Leaves a reduction does not apply to (e.g. bool flags for `Mean`) get `None`.
+    Leaves a reduction does not apply to get `None`. Booleans count as 0 and 1, as in NumPy (the
+    mean of a flag is the fraction of members that set it, its sum their number).
     """
     if isinstance(red, _Leafwise):
-        return jtu.tree_map(lambda x: red.partial(x, mask, groups, n_groups) if red.applies_to(x.dtype) else None,
-                            outs)
+        def leaf(x):
+            if not red.applies_to(x.dtype):
+                return None
+            return red.partial(x.astype(_sum_dtype(x.dtype)) if x.dtype == jnp.bool_ else x, mask, groups, n_groups)
+
+        return jtu.tree_map(leaf, outs)
     # Streaming: one partial per group; the weights select the group's members.
     one_hot = (groups[None, :] == jnp.arange(n_groups)[:, None]) & mask[None, :]
 
