@@ -333,6 +333,26 @@ def test_memory_budget_below_a_compiled_one_member_chunk_is_an_error():
         lorenz_grid(output=None, memory_budget=member, devices=1)
 
 
+def sorted_sines(system, state0, key):
+    """A member with a 1.6 MB temporary (200,000 float64 values sorted) and a scalar result."""
+    return jnp.sort(jnp.sin(jnp.arange(200_000.0) * system.rho))[::1000].sum()
+
+
+def test_a_given_memory_budget_counts_temporaries_the_estimate_cannot_see():
+    """The member estimate sees results, outputs and carries, not a rollout's temporaries. On
+    CPU a given budget far above the estimate skipped XLA's analysis, and a 1 MB budget ran
+    a 102 MB chunk. A given budget is now always checked against the compiled chunk."""
+    axes = {"rho": jnp.linspace(1.0, 2.0, 64)}
+    free = sciax.sweep(Lorenz(), Y0, axes=axes, run=sorted_sines, devices=1)
+    assert free.info["member_bytes"] * 64 * 4 < 2_000_000  # the estimate alone would not check
+    with pytest.raises(ValueError, match=r"memory_budget=1000000 bytes is too small: XLA's memory analysis"):
+        sciax.sweep(Lorenz(), Y0, axes=axes, run=sorted_sines, devices=1, memory_budget=1_000_000)
+    bounded = sciax.sweep(Lorenz(), Y0, axes=axes, run=sorted_sines, devices=1, memory_budget=20_000_000)
+    assert bounded.info["chunks"] > 1 and 0 < bounded.info["chunk_bytes"] <= 20_000_000
+    # A member's sum of 200 values is vectorised differently in smaller chunks: round-off only.
+    np.testing.assert_allclose(bounded.outputs, free.outputs, rtol=1e-13)
+
+
 def test_million_members_keep_only_reductions():
     values = jnp.linspace(-1.0, 1.0, 1_000_000)
     res = sciax.sweep(Lorenz(), Y0, axes={"state0[0]": values}, run=identity, output=lambda y: y[0],

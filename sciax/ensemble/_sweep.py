@@ -252,6 +252,7 @@ class _Plan:
     mesh: object
     batch: int
     budget: int | None
+    budget_given: bool  # by the user (checked against XLA's analysis always), not the default
     out_struct: object
     member_bytes: int
     start: int  # this process's members: start .. stop - 1
@@ -331,7 +332,8 @@ def _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output
         config = dataclasses.replace(config, partitioning="auto")
     return _Plan(config=config, payload=payload, axes=resolved, mode=mode, shape=shape, n_members=n_members,
                  reductions=reductions, reduce_axes=reduce_axes, keep=keep, check_finite=check_finite,
-                 order=order, gather=gather, mesh=mesh, batch=batch, budget=budget, out_struct=out_struct,
+                 order=order, gather=gather, mesh=mesh, batch=batch, budget=budget,
+                 budget_given=memory_budget is not None, out_struct=out_struct,
                  member_bytes=member_bytes, start=start, stop=stop)
 
 
@@ -813,13 +815,15 @@ def _execute(plan: _Plan) -> dict:
 def _compile(plan: _Plan, tables, order, stop):
     """The chunk runner. When the memory limit may bind, compile ahead of time and check XLA's
     memory analysis of the chunk against it, shrinking the chunk if needed; otherwise use the
-    jit cache, so repeating an identical sweep does not recompile. On accelerators the check
-    always runs: their memory is smaller than the host's and running out of it is fatal, and
-    the estimate can miss what XLA allocates."""
+    jit cache, so repeating an identical sweep does not recompile. The check always runs on
+    accelerators (their memory is smaller than the host's and running out of it is fatal) and
+    for a budget the user gave: the member estimate cannot see temporaries inside a rollout (a
+    1 MB budget ran a 102 MB chunk unchecked). Only the default budget on CPU (a quarter of the
+    RAM) trusts the estimate when it is far below the limit."""
     n_dev = plan.mesh.devices.size
     config = plan.config
     on_cpu = _platform(plan.mesh) == "cpu"
-    if plan.budget is None or (on_cpu and plan.member_bytes * config.local * 4 < plan.budget):
+    if plan.budget is None or (on_cpu and not plan.budget_given and plan.member_bytes * config.local * 4 < plan.budget):
         return lambda first: _chunk(config, plan.payload, tables, order, first, stop)
     resident = _nbytes(tables) + (0 if order is None else order.nbytes)
     for _ in range(8):  # each pass shrinks the chunk; it stops when XLA's analysis fits the budget
