@@ -427,6 +427,10 @@ def test_selector_and_filter_select_like_names():
         np.testing.assert_array_equal(result.params["omega"], by_name.params["omega"])
     with pytest.raises(ValueError, match="selector returned .* not a field of the DampedDrivenOscillator"):
         fit_oscillator(CLEAN, params=lambda s: jnp.array(2.0))
+    # A misspelt field was reported as "the selector returned NoneType None".
+    with pytest.raises(ValueError, match=r"selector failed on the DampedDrivenOscillator passed in \(.*'zeta_typo'\); "
+                                         r"its fields are \['omega', 'zeta', "):
+        fit_oscillator(CLEAN, params=lambda s: (s.omega, s.zeta_typo))
 
 
 def test_float32_fit_follows_the_state_dtype():

@@ -140,6 +140,10 @@ def _from_selector(system, where, leaves, system_name):
     marked = jtu.tree_unflatten(jtu.tree_structure(system), [_Leaf(i) for i in range(len(leaves))])
     try:
         nodes = where(marked)
+    except AttributeError as e:  # e.g. a misspelt field: name it, with the fields there are
+        fields = [f.name for f in dataclasses.fields(system)] if dataclasses.is_dataclass(system) else []
+        raise ValueError(f"fit: the `params` selector failed on the {system_name} passed in ({e}); "
+                         f"its fields are {fields}.") from e
     except Exception:  # noqa: BLE001 - e.g. arithmetic on a field: reported below as not a field
         nodes = None
     if not isinstance(nodes, (tuple, list)):
