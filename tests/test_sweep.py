@@ -721,6 +721,17 @@ class TestBadInput:
                                              r"valid names: 'sigma', 'rho', 'beta', 'state0', 'state0\[i\]', 'seed'"):
             sciax.sweep(Lorenz(), Y0, axes={"r": RHO}, simulate_kwargs=KW)
 
+    def test_a_where_naming_a_missing_field_names_the_axis(self):
+        """It raised a bare AttributeError from inside the user's lambda."""
+        with pytest.raises(ValueError, match=r"axis 'k': its `where` failed on the system and initial state "
+                                             r"\('Lorenz' object has no attribute 'kappa'\); valid names: 'sigma'"):
+            sciax.sweep(Lorenz(), Y0, axes={"k": Axis(RHO, where=lambda s, y: s.kappa)}, simulate_kwargs=KW)
+
+    def test_system_that_is_not_a_module(self):
+        """A string raised "must be called with a dataclass type or instance"."""
+        with pytest.raises(TypeError, match=r"`system` must be a sciax system \(an Equinox module\), got str 'lorenz'"):
+            sciax.sweep("lorenz", Y0, axes={"rho": RHO}, simulate_kwargs=KW)
+
     @pytest.mark.parametrize("batch_size", [0, -3])
     def test_batch_size_not_positive(self, batch_size):
         with pytest.raises(ValueError, match=f"`batch_size` must be a positive number of members per chunk, "

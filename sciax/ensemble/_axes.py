@@ -201,7 +201,11 @@ def _resolve(name, spec, system, state0) -> ResolvedAxis:
         raise ValueError(f"sweep: axis {name!r} must hold at least one value along its first dimension, "
                          f"got {describe(coords)}.")
     if where is not None:
-        target = where(system, state0)
+        try:
+            target = where(system, state0)
+        except (AttributeError, IndexError, KeyError, TypeError) as e:  # e.g. a misspelt field
+            raise ValueError(f"sweep: axis {name!r}: its `where` failed on the system and initial state ({e}); "
+                             f"valid names: {_valid_names(system, state0)}.") from e
         try:  # what apply_axes will do: fails here, naming the axis, if `where` built a new array
             eqx.tree_at(lambda p: where(p[0], p[1]), (system, state0), target)
         except Exception as e:  # noqa: BLE001 - tree_at's own message follows

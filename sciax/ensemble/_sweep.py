@@ -279,6 +279,8 @@ def _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output
           keep, key, batch_size, memory_budget, devices, check_finite, order, gather) -> _Plan:
     if mode not in ("grid", "zip"):
         raise ValueError(f"sweep: `mode` must be 'grid' or 'zip', got {mode!r}.")
+    if not isinstance(system, eqx.Module):
+        raise TypeError(f"sweep: `system` must be a sciax system (an Equinox module), got {describe(system)}.")
     resolved = resolve_axes(axes, system, state0)
     lengths = {a.name: len(a) for a in resolved}
     if mode == "zip":
