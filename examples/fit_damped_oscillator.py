@@ -64,3 +64,9 @@ out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "outpu
 out.parent.mkdir(parents=True, exist_ok=True)
 fig.savefig(out, dpi=120)
 print(f"wrote {out}")
+
+# What this example shows, checked (a non-zero exit if it stops being true).
+off = {n: abs(float(result.params[n]) - float(getattr(truth, n))) / float(result.standard_errors[n])
+       for n in ("omega", "zeta")}
+if not (result.converged and max(off.values()) < 3):
+    sys.exit(f"expected a converged fit within 3 SE of the truth; got converged={result.converged}, SE away {off}")

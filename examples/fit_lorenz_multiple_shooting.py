@@ -77,3 +77,15 @@ out = (Path(sys.argv[1]) if len(sys.argv) > 1
 out.parent.mkdir(parents=True, exist_ok=True)
 fig.savefig(out, dpi=120)
 print(f"wrote {out}")
+
+
+# What this example shows, checked (a non-zero exit if it stops being true): single shooting
+# fails (no convergence, or the truth far outside its error bars), multiple shooting recovers it.
+def within(result, n_se):
+    return result.converged and all(abs(float(result.params[n]) - float(getattr(truth, n)))
+                                    < n_se * float(result.standard_errors[n]) for n in names)
+
+
+if within(single, 3) or not within(multi, 3):
+    sys.exit("expected single shooting to fail and multiple shooting to recover (σ, ρ, β) within 3 SE; "
+             f"got single converged={single.converged}, multiple converged={multi.converged}")

@@ -65,3 +65,8 @@ out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "outpu
 out.parent.mkdir(parents=True, exist_ok=True)
 fig.savefig(out, dpi=120)
 print(f"wrote {out}")
+
+# What this example shows, checked (a non-zero exit if it stops being true).
+errors = np.array([float(result.standard_errors[n]) for n in stan])
+if not (result.converged and np.all(np.isfinite(errors)) and np.all(errors > 0)):
+    sys.exit(f"expected a converged fit with finite standard errors; got converged={result.converged}, SE {errors}")

@@ -78,3 +78,8 @@ out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "outpu
 out.parent.mkdir(parents=True, exist_ok=True)
 fig.savefig(out, dpi=120)
 print(f"wrote {out}")
+
+# What this example shows, checked (a non-zero exit if it stops being true).
+if not (result.converged and np.max(np.abs(z)) < 3):
+    sys.exit(f"expected every spring constant within 3 SE of the truth; got converged={result.converged}, "
+             f"max |z| = {np.max(np.abs(z)):.2f}")

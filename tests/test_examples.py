@@ -1,4 +1,6 @@
-"""Smoke tests: every example runs to completion and writes its figure.
+"""Every example runs to completion and writes its figure; the four fitting examples also check
+what they show (fitted values within 3 standard errors of the truth; single shooting failing
+and multiple shooting recovering Lorenz) and exit non-zero when it stops being true.
 
 The two foundation examples run by default; the longer ones (fits and sweeps, 5-40 s each, whose
 behaviour the unit tests in test_fit.py and test_sweep.py cover) are marked slow:
