@@ -60,6 +60,18 @@ class ReversibleAdjoint(AbstractAdjoint):
     saved frames plus a few states); the backward pass costs about three forward steps per
     step (one reverse step, one step replayed under `vjp`).
 
+    **Error bound** (first order in ε). Let δ_j be the round-off of the backward step from
+    step j + 1 to j, |δ_j| ≤ c ε |z_j| with z = (q, v) and c a small constant set by the
+    integrator's stages, and D_{j→k} the Jacobian of stepping back from step j to step k. The
+    rebuilt state at step k then misses the forward one by e_k = Σ_{j≥k} D_{j→k} δ_j, so
+
+        |e_k| ≤ c ε Σ_{j=k}^{n-1} ‖D_{j→k}‖ |z_j| ≤ c ε K (n − k) max_j |z_j|
+
+    when the dynamics keep ‖D‖ ≤ K (linearly stable); ‖D_{j→k}‖ grows like e^{λ (t_j − t_k)}
+    for a chaotic system. The cotangent z̄_k pulled through step k at z_k + e_k instead of z_k
+    comes out off by at most ‖∂²step/∂z²‖ |e_k| |z̄_k| to first order, and a parameter gradient
+    sums these errors over the steps.
+
     **Accuracy.** In floating point the state rebuilt by stepping back differs from the
     forward state by round-off, which accumulates over the steps: for a stable (non-chaotic)
     system it grows at least like ε·n·|q| (ε the unit round-off: 1.1e-16 in float64, 6e-8 in
