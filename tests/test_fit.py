@@ -593,12 +593,13 @@ def test_auto_jacobian_takes_reverse_mode_for_a_reversible_adjoint():
                   rollout=Simulate(VelocityVerlet(), dt=0.01, adjoint=sciax.ReversibleAdjoint()), **kw)
 
 
-@pytest.mark.parametrize(("nx", "solver", "expected"), [(3, "levenberg_marquardt", "fwd"), (3, "bfgs", "bwd"),
-                                                     (2, "bfgs", "fwd")])
+@pytest.mark.parametrize(("nx", "solver", "expected"), [(3, "levenberg_marquardt", "fwd"), (4, "bfgs", "bwd"),
+                                                     (3, "bfgs", "fwd")])
 def test_auto_jacobian_follows_what_the_solver_differentiates(nx, solver, expected):
     """Least squares: forward mode while the unknowns are no more than the residuals. BFGS needs
     the gradient of one scalar loss, which reverse mode gives in one pass: "auto" took forward
-    mode for every identifiable fit, n_unknowns tangents per gradient (60x slower at 210)."""
+    mode for every identifiable fit, n_unknowns tangents per gradient (60x slower at 210). The
+    covariance's Jacobian (fewer unknowns than residuals) stays forward either way."""
     from sciax._fit._fit import _build_problem
     from sciax._fit._optimise import choose_solver
     from sciax.systems import MassSpringLattice
@@ -609,10 +610,11 @@ def test_auto_jacobian_follows_what_the_solver_differentiates(nx, solver, expect
     observed = np.zeros((10,) + state0.positions.shape)
     problem, *_ = _build_problem(lattice, state0, times, observed, "stiffness", Simulate(VelocityVerlet(), 0.01),
                                  Positive(), False, lambda s: s.positions, None, None, None, None, None)
-    assert problem.n_unknowns == n_springs < problem.n_data and (n_springs > 4) == (nx == 3)
-    _, options, mode = choose_solver(solver, "auto", None, None, jnp.float64, problem)
-    assert mode == expected and options == ({"autodiff_mode": mode} if solver == "bfgs" else {"jac": mode})
-    assert choose_solver(solver, "forward", None, None, jnp.float64, problem)[2] == "fwd"  # overridable
+    assert problem.n_unknowns == n_springs < problem.n_data and (n_springs > 16) == (nx == 4)
+    _, options, mode, covariance_mode = choose_solver(solver, "auto", None, None, jnp.float64, problem)
+    assert mode == expected and covariance_mode == "fwd"
+    assert options == ({"autodiff_mode": mode} if solver == "bfgs" else {"jac": mode})
+    assert choose_solver(solver, "reverse", None, None, jnp.float64, problem)[2:] == ("bwd", "bwd")  # overridable
 
 
 def test_masked_value_matters_when_not_masked():

@@ -143,7 +143,7 @@ def test_a_state_without_the_fields_runs_optimistix_rule_only():
 def test_fit_builds_them_by_name_and_keeps_a_given_instance():
     for name, cls in [("lm", _solvers.LevenbergMarquardt), ("levenberg-marquardt", _solvers.LevenbergMarquardt),
                       ("gauss_newton", _solvers.GaussNewton), ("BFGS", _solvers.BFGS)]:
-        solver, _, _ = choose_solver(name, "forward", 1e-9, 1e-7, jnp.float64, problem=None)
+        solver, *_ = choose_solver(name, "forward", 1e-9, 1e-7, jnp.float64, problem=None)
         assert type(solver) is cls and (solver.rtol, solver.atol) == (1e-9, 1e-7)
     given = optx.LevenbergMarquardt(rtol=1e-8, atol=1e-8)
     assert choose_solver(given, "forward", None, None, jnp.float64, problem=None)[0] is given

@@ -727,10 +727,16 @@ class TestBadInput:
                                              r"\('Lorenz' object has no attribute 'kappa'\); valid names: 'sigma'"):
             sciax.sweep(Lorenz(), Y0, axes={"k": Axis(RHO, where=lambda s, y: s.kappa)}, simulate_kwargs=KW)
 
-    def test_system_that_is_not_a_module(self):
-        """A string raised "must be called with a dataclass type or instance"."""
-        with pytest.raises(TypeError, match=r"`system` must be a sciax system \(an Equinox module\), got str 'lorenz'"):
+    def test_a_field_name_on_a_system_without_fields(self):
+        """A string system raised "must be called with a dataclass type or instance"; a plain
+        pytree system still sweeps with `run=` over state0 and `where` axes."""
+        with pytest.raises(ValueError, match=r"axis 'rho' does not name a field of str \(no such field\); "
+                                             r"valid names: 'state0', 'state0\[i\]', 'seed'"):
             sciax.sweep("lorenz", Y0, axes={"rho": RHO}, simulate_kwargs=KW)
+        plain = {"a": jnp.asarray(2.0)}
+        for axes in ({"state0[0]": jnp.arange(3.0)}, {"a": Axis(jnp.arange(3.0), where=lambda s, y: s["a"])}):
+            res = sciax.sweep(plain, jnp.ones(2), axes=axes, run=lambda s, y, k: s["a"] * y)
+            assert res.outputs.shape == (3, 2)
 
     @pytest.mark.parametrize("batch_size", [0, -3])
     def test_batch_size_not_positive(self, batch_size):

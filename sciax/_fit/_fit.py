@@ -93,8 +93,9 @@ def fit(
       jax 0.10.0). An instance is used as given.
     - `jacobian`: `"auto"` (forward mode when the unknowns are no more than the residuals,
       reverse mode otherwise; for a minimiser such as BFGS, whose gradient is that of one
-      scalar loss, forward mode only up to 4 unknowns; unless the rollout supports only the
-      other, as `ReversibleAdjoint` supports only reverse mode), `"forward"` or `"reverse"`. It sets how the residual Jacobian
+      scalar loss, forward mode only up to 16 unknowns, while the covariance's Jacobian keeps
+      the first rule; unless the rollout supports only the other, as `ReversibleAdjoint`
+      supports only reverse mode), `"forward"` or `"reverse"`. It sets how the residual Jacobian
       is formed (Optimistix's `options={"jac": ...}`; for BFGS, the gradient's
       `autodiff_mode`), at the optimum for the covariance too, and the rollout's adjoint when
       it has an automatic one (`Solve(adjoint=None)`).
@@ -144,7 +145,7 @@ def fit(
         system, state0, times, observed, params, rollout, transforms, fit_initial_state, observe,
         sigma, mask, t0, args, shooting,
     )
-    optimiser, options, mode = choose_solver(solver, jacobian, rtol, atol, dtype, problem)
+    optimiser, options, mode, covariance_mode = choose_solver(solver, jacobian, rtol, atol, dtype, problem)
     if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
         raise ValueError(f"fit: `max_steps` must be a positive int, got {max_steps!r}.")
     if scale_covariance is not None and not isinstance(scale_covariance, bool | np.bool_):
@@ -158,10 +159,13 @@ def fit(
     if compilation not in COMPILATIONS:
         raise ValueError(f"fit: `compilation` must be 'optimised' or 'fast', got {compilation!r}.")
     rollout.check_jacobian(mode)
-    problem = eqx.tree_at(lambda p: p.rollout, problem, rollout.for_jacobian(mode))
     scale = (not sigma_given) if scale_covariance is None else bool(scale_covariance)
-    out = solve(problem, segment_states, optimiser, options, int(max_steps), mode, compilation=compilation)
-    result = package(problem, segment_states, out, mode, scale, compilation)
+    out = solve(eqx.tree_at(lambda p: p.rollout, problem, rollout.for_jacobian(mode)), segment_states, optimiser,
+                options, int(max_steps), mode, compilation=compilation)
+    # The covariance's Jacobian (when the solver did not leave one) in its own mode: BFGS may take
+    # its gradient backward while J, with fewer unknowns than residuals, is cheaper forward.
+    problem = eqx.tree_at(lambda p: p.rollout, problem, rollout.for_jacobian(covariance_mode))
+    result = package(problem, segment_states, out, covariance_mode, scale, compilation)
     if throw and not result.converged:
         raise FitError(
             f"fit did not converge after {result.n_steps} steps: {result.message} (loss ½Σr² = "

@@ -20,26 +20,27 @@ from ._result import FitResult
 from ._unknowns import entry_labels
 
 _JACOBIAN = {"auto": "auto", "forward": "fwd", "fwd": "fwd", "reverse": "bwd", "bwd": "bwd"}
-_FORWARD_GRADIENT_MAX_UNKNOWNS = 4  # a minimiser's gradient: forward mode up to this many unknowns
+_FORWARD_GRADIENT_MAX_UNKNOWNS = 16  # a minimiser's gradient: forward mode up to this many unknowns
 
 
 def choose_solver(solver, jacobian, rtol, atol, dtype, problem):
+    """(solver, Optimistix options, mode of the solver's derivatives, mode of the residual
+    Jacobian for the covariance); modes are "fwd" or "bwd"."""
     if not isinstance(jacobian, str) or jacobian.lower() not in _JACOBIAN:
         raise ValueError(f"fit: `jacobian` must be 'auto', 'forward' or 'reverse', got {jacobian!r}.")
-    mode = _JACOBIAN[jacobian.lower()]
+    mode = covariance_mode = _JACOBIAN[jacobian.lower()]
     if mode == "auto":
-        # A least-squares solver needs the residual Jacobian: n_unknowns tangents forward, or
-        # n_residuals cotangents backward. A minimiser needs the gradient of one scalar loss:
-        # one backward pass, against n_unknowns tangents forward (8x8 mass-spring lattice, 210
-        # unknowns: 1.5 ms against 91 ms per gradient), which forward wins only for a few.
-        n_outputs = problem.n_data + (problem.n_segments - 1) * problem.layout.size
-        if isinstance(solver, optx.AbstractMinimiser) or (isinstance(solver, str) and solver.lower() == "bfgs"):
-            n_outputs = _FORWARD_GRADIENT_MAX_UNKNOWNS
-        mode = "fwd" if problem.n_unknowns <= n_outputs else "bwd"
-        try:  # a rollout that differentiates one way only (e.g. ReversibleAdjoint) decides
-            problem.rollout.check_jacobian(mode)
-        except ValueError:
-            mode = {"fwd": "bwd", "bwd": "fwd"}[mode]
+        # The residual Jacobian (least-squares solvers, and the covariance): n_unknowns tangents
+        # forward, or n_residuals cotangents backward. A minimiser (BFGS) needs the gradient of
+        # one scalar loss: one backward pass, against n_unknowns tangents forward; measured, forward
+        # won at 6 unknowns (Lorenz, 3,000 RK4 steps: 2.5x) and lost at 42 (mass-spring lattice:
+        # 2.3x) and 210 (60x per gradient).
+        n_residuals = problem.n_data + (problem.n_segments - 1) * problem.layout.size
+        minimiser = isinstance(solver, optx.AbstractMinimiser) or (isinstance(solver, str)
+                                                                    and solver.lower() == "bfgs")
+        covariance_mode = _supported(problem, "fwd" if problem.n_unknowns <= n_residuals else "bwd")
+        mode = _supported(problem, "fwd" if problem.n_unknowns <= _FORWARD_GRADIENT_MAX_UNKNOWNS else "bwd") \
+            if minimiser else covariance_mode
     given_tolerances = rtol is not None or atol is not None
     default_tol = 1e-8 if jnp.finfo(dtype).bits >= 64 else 1e-5
     rtol = default_tol if rtol is None else real_scalar("rtol", rtol)
@@ -69,7 +70,16 @@ def choose_solver(solver, jacobian, rtol, atol, dtype, problem):
         options = {"autodiff_mode": mode}
     else:
         options = {"jac": mode}
-    return solver, options, mode
+    return solver, options, mode, covariance_mode
+
+
+def _supported(problem, mode):
+    """`mode`, or the other one when the rollout differentiates one way only (e.g. ReversibleAdjoint)."""
+    try:
+        problem.rollout.check_jacobian(mode)
+    except ValueError:
+        return {"fwd": "bwd", "bwd": "fwd"}[mode]
+    return mode
 
 
 # `fit(compilation="fast")` on CPU: XLA's legacy loop emitters and no LLVM optimisation

@@ -100,6 +100,8 @@ def _path_of(name: str):
 def sweepable_fields(system) -> list[str]:
     """Names of the array fields of `system` that an axis may vary."""
     names = []
+    if not dataclasses.is_dataclass(system):  # a plain pytree (with `run=`): no named fields
+        return names
     for field in dataclasses.fields(system):
         if field.metadata.get("static", False):
             continue
@@ -235,7 +237,7 @@ def _resolve(name, spec, system, state0) -> ResolvedAxis:
         kind, target = "state", _walk(state0, attrs, name, "the initial state")
     else:
         if root not in sweepable_fields(system):
-            fields = {f.name: f for f in dataclasses.fields(system)}
+            fields = {f.name: f for f in dataclasses.fields(system)} if dataclasses.is_dataclass(system) else {}
             if root not in fields:
                 reason = "no such field"
             elif fields[root].metadata.get("static", False):

@@ -117,8 +117,9 @@ def _cache_block(platform: str, output_bytes: int = 0, threads: int = 1) -> int 
 # Dopri5 and Dopri8 differed at 16 members per device, float64 NBody at 8 and 9; multiples of 32
 # (32 to 256; Euler, Heun, RK4, Tsit5, Dopri5, Dopri8; float32 and float64) agreed there. It is
 # not a guarantee: float32 Tsit5 over 60 steps still differs between 32 and 64 members and
-# inside `shard_map` (docs/multihost.md). RK4 agreed in every layout tried. The padding
-# (< 32 members per device) is computed and dropped.
+# inside `shard_map`, and a float64 N-body sweep under RK4 between 1 and 4 devices
+# (docs/multihost.md); Lorenz under RK4 agreed in every layout tried. The padding (< 32
+# members per device) is computed and dropped.
 LANES = 32
 
 
@@ -181,8 +182,8 @@ def sweep(
     - `keep`: keep every member's output on the host (default: True unless `reduce` is given).
     - `key`: base `jax.random` key; without a `"seed"` axis member `i` gets `fold_in(key, i)`.
     - `batch_size`: members per chunk, rounded up to a multiple of 32 x the device count (see
-      `LANES`: for RK4 this keeps results bitwise independent of chunking and device count;
-      Tsit5 in float32 can differ in the last bits), and
+      `LANES`; results then agree across chunkings and device counts to round-off, and
+      bitwise in many cases, e.g. Lorenz under RK4, but not all: docs/multihost.md), and
       lowered where a chunk that size would not fit the memory budget.
     - `memory_budget`: bytes of device memory per device a chunk may use; the chunk size is
       chosen from an estimate of one member's footprint (its rollout output, kept output and
@@ -279,8 +280,6 @@ def _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output
           keep, key, batch_size, memory_budget, devices, check_finite, order, gather) -> _Plan:
     if mode not in ("grid", "zip"):
         raise ValueError(f"sweep: `mode` must be 'grid' or 'zip', got {mode!r}.")
-    if not isinstance(system, eqx.Module):
-        raise TypeError(f"sweep: `system` must be a sciax system (an Equinox module), got {describe(system)}.")
     resolved = resolve_axes(axes, system, state0)
     lengths = {a.name: len(a) for a in resolved}
     if mode == "zip":
