@@ -293,8 +293,14 @@ class _Frames(eqx.Module):
         observables = self.observables if observables is None else observables
         state = self.integrator.state(carry)
         user = self.to_user(state) if observables else None  # assembled once for all of them
-        # A Python number returned by an observable becomes an array, so it stacks over frames.
-        obs = {name: jtu.tree_map(jnp.asarray, fn(t, user, system)) for name, fn in observables.items()}
+        # A Python number returned by an observable becomes an array, so it stacks over frames; a
+        # Python float takes the state's precision (not float64 in a float32 run with x64 on).
+        floats = [x.dtype for x in jtu.tree_leaves(state) if jnp.issubdtype(x.dtype, jnp.floating)]
+
+        def as_array(x):
+            return jnp.asarray(x, floats[0]) if isinstance(x, float) and floats else jnp.asarray(x)
+
+        obs = {name: jtu.tree_map(as_array, fn(t, user, system)) for name, fn in observables.items()}
         return (state if self.save_states else None), obs, _frame_is_finite(state)
 
     def time(self, t0, dt, n):

@@ -2,6 +2,7 @@
 received, so that the message alone tells the user how to fix the call."""
 
 import math
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +40,7 @@ def real_number(where: str, name: str, value) -> None:
     are refused (float("0.1") and float(True) would accept them silently)."""
     dtype = getattr(value, "dtype", None)
     if dtype is None:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)  # int, float, Fraction, ...
     else:
         ok = jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.floating)
     if not ok:

@@ -2,6 +2,7 @@
 what was received: checkpoint precision, `astype`'s dtype, numeric scalars of `simulate` and
 `solve`, and `plot_trajectory`'s `max_points`. Nothing is downcast or truncated silently."""
 
+import fractions
 import os
 import pathlib
 import subprocess
@@ -138,7 +139,8 @@ def test_non_real_numbers_are_refused(call, name, value, shown):
         call(**{name: value})
 
 
-@pytest.mark.parametrize("dt", [0.01, np.float32(0.01), np.float64(0.01), np.array(0.01), jnp.array(0.01)])
+@pytest.mark.parametrize("dt", [0.01, np.float32(0.01), np.float64(0.01), np.array(0.01), jnp.array(0.01),
+                                fractions.Fraction(1, 100)])
 def test_real_numbers_are_accepted(dt):
     assert _simulate(dt=dt, t0=np.int64(0)).times.shape == (3,)
     assert _solve(t1=np.array(0.1), rtol=np.float64(1e-6), atol=jnp.array(1e-8)).states.shape[-1] == 3

@@ -332,7 +332,12 @@ class TestBadInput:
         traj = run(HarmonicOscillator(), {"half": lambda t, y, s: 0.5, "three": lambda t, y, s: 3})
         np.testing.assert_array_equal(traj.observables["half"], np.full(5, 0.5))
         np.testing.assert_array_equal(traj.observables["three"], np.full(5, 3))
-        assert traj.observables["three"].dtype.kind == "i"
+        assert traj.observables["three"].dtype.kind == "i" and traj.observables["half"].dtype == jnp.float64
+        y32 = PhaseSpace(jnp.array([1.0], jnp.float32), jnp.array([0.0], jnp.float32))
+        traj32 = sciax.simulate(sciax.astype(HarmonicOscillator(), jnp.float32), y32, integrator=si.VelocityVerlet(),
+                                dt=0.01, n_steps=20, save_every=5, adjoint=adjoint,
+                                observables={"half": lambda t, y, s: 0.5})
+        assert traj32.observables["half"].dtype == jnp.float32  # the state's precision, not float64
         def energy_sum(k, extra):
             return run(HarmonicOscillator(stiffness=k), extra).observables["energy"].sum()
 

@@ -175,8 +175,9 @@ def sweep(
     - `reduce`: reductions over members computed chunk by chunk: a name (`"mean"`, `"var"`,
       `"std"`, `"min"`, `"max"`, `"sum"`, `"count"`, `"median"`), a list of names, or a dict
       result name -> reduction (`Mean()`, `Variance(ddof=1)`, `Quantile([0.05, 0.95])`,
-      `Streaming(...)`, `Apply(fn)`; see `sciax.ensemble`). A boolean output counts as 0 and 1,
-      as in NumPy: its mean is the fraction of members that set it.
+      `Streaming(...)`, `Apply(fn)`; see `sciax.ensemble`). A boolean output counts as 0 and 1:
+      its mean is the fraction of members that set it, its sum their number (min and max come
+      back as integers 0 or 1, quantiles as floats).
     - `reduce_over`: the axis names (grid mode) reduced over; default all. The other axes are
       kept: `reduce="mean", reduce_over=("seed",)` gives the mean over seeds for every rho.
     - `keep`: keep every member's output on the host (default: True unless `reduce` is given).
