@@ -146,6 +146,7 @@ def test_reversible_gradient_error_over_ten_thousand_steps():
     (d/d initial positions). Allowing 30x that still catches a reconstruction off by more
     than round-off (a wrong step back would be O(1))."""
     import equinox as eqx
+
     from sciax.systems import MassSpringChain
 
     chain = MassSpringChain.uniform(8, stiffness=1.0)
