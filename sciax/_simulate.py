@@ -298,7 +298,7 @@ class _Frames(eqx.Module):
         floats = [x.dtype for x in jtu.tree_leaves(state) if jnp.issubdtype(x.dtype, jnp.floating)]
 
         def as_array(x):
-            return jnp.asarray(x, floats[0]) if isinstance(x, float) and floats else jnp.asarray(x)
+            return jnp.asarray(x, floats[0]) if type(x) is float and floats else jnp.asarray(x)  # not np.float64
 
         obs = {name: jtu.tree_map(as_array, fn(t, user, system)) for name, fn in observables.items()}
         return (state if self.save_states else None), obs, _frame_is_finite(state)
