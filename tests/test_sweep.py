@@ -738,6 +738,15 @@ class TestBadInput:
             res = sciax.sweep(plain, jnp.ones(2), axes=axes, run=lambda s, y, k: s["a"] * y)
             assert res.outputs.shape == (3, 2)
 
+    def test_bad_batch_size_with_cost_order_is_refused_before_the_pilot(self, monkeypatch):
+        """The pilot solved every member first, then the bad batch_size was refused."""
+        from sciax.ensemble import _sweep
+
+        monkeypatch.setattr(_sweep, "_cost_order", lambda *a, **k: pytest.fail("the pilot ran"))
+        with pytest.raises(ValueError, match="`batch_size` must be a positive number of members per chunk, got 0"):
+            sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": jnp.array([1.0, 2.0])},
+                        solve_kwargs=dict(t0=0.0, t1=1.0), order="cost", batch_size=0)
+
     @pytest.mark.parametrize("batch_size", [0, -3])
     def test_batch_size_not_positive(self, batch_size):
         with pytest.raises(ValueError, match=f"`batch_size` must be a positive number of members per chunk, "

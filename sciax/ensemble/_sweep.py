@@ -226,6 +226,7 @@ def sweep(
     ```
     """
     if isinstance(order, str):
+        _check_chunking(batch_size, memory_budget)  # before the pilot solve, not after it
         order, batch_size = _cost_order(order, system, state0, axes, mode, solve_kwargs, key, batch_size,
                                         memory_budget, devices)
     plan = _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output, reduce,
