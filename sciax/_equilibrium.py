@@ -1,8 +1,6 @@
 """`equilibrium`: mechanical equilibria of particle systems, differentiable by the implicit
 function theorem (Optimistix's `ImplicitAdjoint`), never by backpropagating through iterations."""
 
-import math
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -16,9 +14,8 @@ from ._validation import (
     check_finite_state,
     check_precision,
     describe,
-    is_concrete,
+    positive_finite_scalar,
     positive_int,
-    real_number,
     state_dtype,
 )
 from .systems._base import AbstractHamiltonian
@@ -105,10 +102,7 @@ def equilibrium(
     if force.shape != positions0.shape:
         raise ValueError(f"equilibrium: `external_force` must have the shape of the positions {positions0.shape}, "
                          f"got {describe(force)}.")
-    try:  # after the cast: a float32 load of 1e39 is inf
-        check_finite_state("equilibrium", "external_force", force)
-    except ValueError as err:
-        raise ValueError(str(err).replace("the run needs a finite initial state", "the load must be finite")) from None
+    check_finite_state("equilibrium", "external_force", force, need="the load must be finite")  # after the cast
     held = jnp.zeros(positions0.shape, bool) if fixed is None else jnp.asarray(fixed)
     if held.shape != positions0.shape or held.dtype != bool:
         raise ValueError(f"equilibrium: `fixed` must be a bool array of shape {positions0.shape}, "
@@ -160,18 +154,8 @@ def _check_tolerances(rtol, atol) -> None:
     """`rtol`, `atol`: `None` (the default) or real scalars; when known on the host (not traced
     inside `jit`/`grad`), finite, ≥ 0 and not both 0. (`rtol=0` asks for an absolute tolerance
     only; with both 0 the step test |Δq| < rtol·|q| + atol can never pass.)"""
-    values = {}
-    for name, value in (("rtol", rtol), ("atol", atol)):
-        if value is None:
-            continue
-        real_number("equilibrium", name, value)
-        if jnp.ndim(value) != 0:
-            raise ValueError(f"equilibrium: `{name}` must be a scalar, got {describe(value)}.")
-        if is_concrete(value):
-            v = float(value)
-            if not (math.isfinite(v) and v >= 0):
-                raise ValueError(f"equilibrium: `{name}` must be finite and >= 0, got {v!r}.")
-            values[name] = v
-    if values.get("rtol") == 0 and values.get("atol") == 0:
+    values = [positive_finite_scalar(name, value, "equilibrium", allow_zero=True)
+              for name, value in (("rtol", rtol), ("atol", atol)) if value is not None]
+    if len(values) == 2 and values == [0.0, 0.0]:
         raise ValueError("equilibrium: `rtol` and `atol` are both 0, a tolerance no step can meet; "
                          "make at least one of them positive.")

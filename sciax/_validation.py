@@ -47,15 +47,19 @@ def real_number(where: str, name: str, value) -> None:
         raise TypeError(f"{where}: `{name}` must be a real number, got {describe(value)}.")
 
 
-def positive_finite_scalar(name: str, value, where: str = "solve") -> None:
-    """Check a tolerance when its value is known on the host (`where`: the calling function)."""
+def positive_finite_scalar(name: str, value, where: str = "solve", *, allow_zero: bool = False) -> float | None:
+    """Check a tolerance when its value is known on the host (`where`: the calling function);
+    returns it as a float then, else None (a tracer)."""
     if jnp.ndim(value) != 0:
         raise ValueError(f"{where}: `{name}` must be a scalar, got {describe(value)}.")
     real_number(where, name, value)
-    if is_concrete(value):
-        v = float(value)
-        if not math.isfinite(v) or v <= 0:
-            raise ValueError(f"{where}: `{name}` must be positive and finite, got {v}.")
+    if not is_concrete(value):
+        return None
+    v = float(value)
+    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        wanted = "finite and >= 0" if allow_zero else "positive and finite"
+        raise ValueError(f"{where}: `{name}` must be {wanted}, got {v}.")
+    return v
 
 
 def check_time_scalar(where: str, name: str, value, dtype, *, positive: bool = False) -> None:
@@ -79,9 +83,10 @@ def check_time_scalar(where: str, name: str, value, dtype, *, positive: bool = F
             raise ValueError(f"{where}: `{name}` must be {need}, got {got}.")
 
 
-def check_finite_state(where: str, name: str, state) -> None:
+def check_finite_state(where: str, name: str, state, need: str = "the run needs a finite initial state") -> None:
     """Raise `ValueError` if an initial state known on the host holds NaN or Inf (every frame
-    of the run would be non-finite, and an adaptive solver would spend its `max_steps`)."""
+    of the run would be non-finite, and an adaptive solver would spend its `max_steps`);
+    `need` ends the message."""
     for path, leaf in jtu.tree_flatten_with_path(state)[0]:
         if not is_concrete(leaf):
             return
@@ -89,7 +94,7 @@ def check_finite_state(where: str, name: str, state) -> None:
         if bad.any():
             at = jtu.keystr(path) + (str(np.argwhere(bad)[0].tolist()) if bad.ndim else "")
             raise ValueError(f"{where}: `{name}` holds NaN or Inf ({np.count_nonzero(bad)} value(s), the "
-                             f"first at {name}{at}); the run needs a finite initial state.")
+                             f"first at {name}{at}); {need}.")
 
 
 def state_dtype(state):

@@ -28,19 +28,6 @@ def choose_solver(solver, jacobian, rtol, atol, dtype, problem):
     Jacobian for the covariance); modes are "fwd" or "bwd"."""
     if not isinstance(jacobian, str) or jacobian.lower() not in _JACOBIAN:
         raise ValueError(f"fit: `jacobian` must be 'auto', 'forward' or 'reverse', got {jacobian!r}.")
-    mode = covariance_mode = _JACOBIAN[jacobian.lower()]
-    if mode == "auto":
-        # The residual Jacobian (least-squares solvers, and the covariance): n_unknowns tangents
-        # forward, or n_residuals cotangents backward. A minimiser (BFGS) needs the gradient of
-        # one scalar loss: one backward pass, against n_unknowns tangents forward; measured, forward
-        # won at 6 unknowns (Lorenz, 3,000 RK4 steps: 2.5x) and lost at 42 (mass-spring lattice:
-        # 2.3x) and 210 (60x per gradient).
-        n_residuals = problem.n_data + (problem.n_segments - 1) * problem.layout.size
-        minimiser = isinstance(solver, optx.AbstractMinimiser) or (isinstance(solver, str)
-                                                                    and solver.lower() == "bfgs")
-        covariance_mode = _supported(problem, "fwd" if problem.n_unknowns <= n_residuals else "bwd")
-        mode = _supported(problem, "fwd" if problem.n_unknowns <= _FORWARD_GRADIENT_MAX_UNKNOWNS else "bwd") \
-            if minimiser else covariance_mode
     given_tolerances = rtol is not None or atol is not None
     default_tol = 1e-8 if jnp.finfo(dtype).bits >= 64 else 1e-5
     rtol = default_tol if rtol is None else real_scalar("rtol", rtol)
@@ -66,6 +53,18 @@ def choose_solver(solver, jacobian, rtol, atol, dtype, problem):
             f"fit: `rtol`/`atol` set the tolerances of a solver chosen by name; {type(solver).__name__} "
             "was passed as an instance and carries its own, so pass them to its constructor instead."
         )
+    mode = covariance_mode = _JACOBIAN[jacobian.lower()]
+    if mode == "auto":
+        # The residual Jacobian (least-squares solvers, and the covariance): n_unknowns tangents
+        # forward, or n_residuals cotangents backward. A minimiser (BFGS) needs the gradient of
+        # one scalar loss: one backward pass, against n_unknowns tangents forward; measured, forward
+        # won at 6 unknowns (Lorenz, 3,000 RK4 steps: 2.5x) and lost at 42 (mass-spring lattice:
+        # 2.3x) and 210 (60x per gradient).
+        n_residuals = problem.n_data + (problem.n_segments - 1) * problem.layout.size
+        covariance_mode = _supported(problem, "fwd" if problem.n_unknowns <= n_residuals else "bwd")
+        mode = covariance_mode
+        if isinstance(solver, optx.AbstractMinimiser):
+            mode = _supported(problem, "fwd" if problem.n_unknowns <= _FORWARD_GRADIENT_MAX_UNKNOWNS else "bwd")
     if isinstance(solver, optx.AbstractMinimiser):
         options = {"autodiff_mode": mode}
     else:
