@@ -134,10 +134,12 @@ class _Lowered:
                          self._name)
 
 
-def async_filter_jit(fn):
+def async_filter_jit(fn=None, *, compiler_options: dict | None = None):
     """`eqx.filter_jit(fn)` that does not wait for the program to finish (see the module
-    docstring). `.lower(*args, **kwargs)` lowers it for ahead-of-time compilation."""
-
+    docstring). `.lower(*args, **kwargs)` lowers it for ahead-of-time compilation, with the same
+    XLA `compiler_options` (`@async_filter_jit(compiler_options={...})`)."""
+    if fn is None:
+        return functools.partial(async_filter_jit, compiler_options=compiler_options)
     signature = inspect.signature(fn)
 
     def traced(dynamic, static: _Static):
@@ -146,7 +148,7 @@ def async_filter_jit(fn):
         return _Out(out_dynamic, _Static(out_static))
 
     traced.__name__, traced.__qualname__ = fn.__name__, fn.__qualname__  # names the program: jit(<fn>)
-    jitted = jax.jit(traced, static_argnums=1)
+    jitted = jax.jit(traced, static_argnums=1, compiler_options=compiler_options)
 
     @functools.wraps(fn)
     def call(*args, **kwargs):

@@ -18,7 +18,7 @@ from jax.sharding import Mesh
 
 import sciax
 from sciax import integrators as si
-from sciax.systems import Lorenz
+from sciax.systems import DoublePendulum, Lorenz, NBody
 
 Y0 = jnp.array([1.0, 0.0, 0.0])
 KW = dict(integrator=si.RK4(), dt=0.01, n_steps=60, save_every=20)
@@ -56,11 +56,10 @@ def test_sharded_equals_unsharded_in_process(batch_size):
 @pytest.mark.parametrize("integrator", [si.RK4(), si.Tsit5()], ids=["rk4", "tsit5"])
 def test_sharded_float32_equals_unsharded(integrator):
     """Float32, one device vs four (two chunks of 32 members per device) vs one device running
-    chunks of 32. RK4 gives the same bits in every layout. Fixed-step Tsit5 does not: XLA:CPU
-    compiles its loop over members differently for other chunk sizes and inside `shard_map`
-    (see `LANES` in sciax/ensemble/_sweep.py), and the last-bit differences grow along the
-    chaotic Lorenz trajectories to at most 4.5e-6 relative here; a bound of 1e-5 still catches
-    any member computed with the wrong parameters or state."""
+    chunks of 32: the same bits. Tsit5 used to differ (9 of 90 finite members, up to 4.5e-6
+    relative after 60 chaotic steps): XLA folded `dt` into the products with the tableau's
+    coefficients in the single-device program only, until `simulate` put `dt` behind an
+    optimisation barrier."""
     kw = dict(KW, integrator=integrator)
 
     def go(devices, batch_size=None):
@@ -72,10 +71,36 @@ def test_sharded_float32_equals_unsharded(integrator):
     assert sharded.outputs.dtype == jnp.float32 and sharded.info["partitioning"] == "shard_map"
     assert sharded.failures == chunked.failures == whole.failures and len(whole.failures) == 45
     for other in (sharded, chunked):
-        if isinstance(integrator, si.RK4):
-            np.testing.assert_array_equal(other.outputs, whole.outputs)  # NaNs of failed members included
-        else:
-            np.testing.assert_allclose(other.outputs, whole.outputs, rtol=1e-5)
+        np.testing.assert_array_equal(other.outputs, whole.outputs)  # NaNs of failed members included
+
+
+@needs_4
+@pytest.mark.parametrize("case", ["nbody-rk4-float64", "double-pendulum-tsit5-float32"])
+def test_sharded_equals_unsharded_beyond_lorenz(case):
+    """1, 2 and 4 devices give the same bits for a three-body sweep (float64, RK4) and a
+    double-pendulum sweep (float32, Tsit5; sines and cosines in the vector field). The
+    three-body sweep differed in 7 of 100 members (~1e-16) before the sweep turned off XLA's
+    CSE on CPU: the multi-device program shared one broadcast of the masses between the four
+    stages, and XLA rewrote `force / masses` as `force * (1 / masses)` in the single-device
+    program only."""
+    if case.startswith("nbody"):
+        system, state0 = NBody.figure_eight()
+        axes, kw = {"softening": jnp.linspace(0.0, 0.1, 100)}, dict(integrator=si.RK4(), dt=1e-3, n_steps=100)
+    else:
+        system, state0 = sciax.astype(DoublePendulum(), jnp.float32), jnp.array([1.5, 1.5, 0.0, 0.0], jnp.float32)
+        axes, kw = {"state0[0]": jnp.linspace(0.5, 2.5, 100)}, dict(integrator=si.Tsit5(), dt=5e-3, n_steps=200)
+    kw["save_every"] = kw["n_steps"]
+
+    def go(devices):
+        return sciax.sweep(system, state0, axes=axes, simulate_kwargs=kw, devices=devices, output=_final)
+
+    one = go(1)
+    assert jax.tree.leaves(one.outputs)[0].dtype == (jnp.float64 if case.endswith("64") else jnp.float32)
+    for devices in (2, 4):
+        other = go(devices)
+        assert other.info["partitioning"] == "shard_map"
+        for a, b in zip(jax.tree.leaves(one.outputs), jax.tree.leaves(other.outputs)):
+            np.testing.assert_array_equal(a, b)
 
 
 @needs_4
@@ -96,14 +121,15 @@ def test_auto_partitioning_fallback_equals_single_device(monkeypatch):
 def test_no_cross_device_communication_while_stepping():
     """Without reductions the sharded chunk has no collective at all; with them, one per chunk
     for the partial statistics, outside the time-stepping loops."""
-    from sciax.ensemble._sweep import _chunk, _plan
+    from sciax.ensemble._sweep import _chunk_runner, _plan
 
     def hlo(reduce):
         plan = _plan(Lorenz(), Y0, AXES, mode="grid", simulate_kwargs=KW, solve_kwargs=None, run=None, output=None,
                      reduce=reduce, reduce_over=None, keep=None, key=None, batch_size=None, memory_budget=None,
                      devices=4, check_finite=True, order=None, gather=True)
         tables = [jnp.asarray(a.values) for a in plan.axes]
-        return _chunk.lower(plan.config, plan.payload, tables, None, jnp.int32(0), jnp.int32(135)).compile() \
+        chunk = _chunk_runner(plan.mesh)
+        return chunk.lower(plan.config, plan.payload, tables, None, jnp.int32(0), jnp.int32(135)).compile() \
             .compiled.as_text()
 
     collectives = ("all-reduce", "all-gather", "collective-permute", "all-to-all", "reduce-scatter")
@@ -150,7 +176,7 @@ SCRIPT = textwrap.dedent("""
     import jax.numpy as jnp, numpy as np
     import sciax
     from sciax import integrators as si
-    from sciax.systems import Lorenz
+    from sciax.systems import DoublePendulum, Lorenz, NBody
     assert len(jax.devices()) == 4, jax.devices()
     kw = dict(integrator=si.RK4(), dt=0.01, n_steps=60, save_every=20)
     axes = {"rho": jnp.linspace(5.0, 30.0, 45), "state0[0]": jnp.array([1.0, 2.0, 3.0])}

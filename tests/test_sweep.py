@@ -1,5 +1,6 @@
 """sweep(): axes and coordinates, chunking, reductions, failures, adaptive solves, bad input."""
 
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -153,11 +154,10 @@ def test_seed_axis_gives_each_seed_its_own_noise(key):
 @pytest.mark.parametrize(("integrator", "dtype"), [(si.RK4(), jnp.float64), (si.Tsit5(), jnp.float32)],
                          ids=["rk4-float64", "tsit5-float32"])
 def test_chunked_equals_unchunked(integrator, dtype):
-    """45 members: one chunk (64 members with the padding), two of 32, a shuffled order, and
-    chunks sized by a memory budget. Chunks of the same size give the same bits whatever the
-    order and however the size was chosen. Between sizes XLA:CPU compiles the loop over
-    members differently: RK4 has always given the same bits, but float32 Tsit5 differs from
-    64 to 32 members per chunk by a few ulps (see `LANES` in sciax/ensemble/_sweep.py)."""
+    """45 members: one chunk over every device (tests/conftest.py gives 4), two chunks of 32 on
+    one device, a shuffled order, and chunks sized by a memory budget: the same bits in every
+    layout. (Float32 Tsit5 differed by a few ulps between the 4-device and 1-device programs
+    until `simulate` hid `dt` from XLA's constant folding; see `_rollout`.)"""
     kw = dict(KW, integrator=integrator)
 
     def grid(**kwargs):
@@ -173,10 +173,7 @@ def test_chunked_equals_unchunked(integrator, dtype):
     bounded = grid(memory_budget=budget, devices=1)
     assert bounded.info["chunks"] == 2 and bounded.info["batch_size"] * bounded.info["member_bytes"] <= budget
     np.testing.assert_array_equal(bounded.outputs, chunked.outputs)
-    if dtype == jnp.float64:
-        np.testing.assert_array_equal(chunked.outputs, whole.outputs)
-    else:  # 8 ulps of float32; measured up to 5.8e-7
-        np.testing.assert_allclose(chunked.outputs, whole.outputs, rtol=8 * np.finfo(np.float32).eps)
+    np.testing.assert_array_equal(chunked.outputs, whole.outputs)
 
 
 def test_cache_blocks_on_cpu_and_one_vmap_on_accelerators_give_the_same_members(monkeypatch):
@@ -898,3 +895,23 @@ def test_repeated_sweeps_reuse_member_structure_but_never_stale_values_or_shapes
     np.testing.assert_array_equal(x_only, run(Lorenz())[:, 0])
     single = run(sciax.astype(Lorenz(), jnp.float32), y0=Y0.astype(jnp.float32))  # another dtype
     assert single.dtype == np.float32
+
+
+def test_chunk_compile_options_keep_the_users_disabled_passes(monkeypatch):
+    """On CPU the chunk is compiled without XLA's CSE (same bits on one device and many, see
+    `_chunk_runner`); passes the user disabled in XLA_FLAGS stay disabled; other platforms keep
+    XLA's defaults."""
+    from jax.sharding import Mesh
+
+    from sciax.ensemble import _sweep
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:1]), ("members",))
+    seen = []
+    monkeypatch.setattr(_sweep, "_jitted_chunk", seen.append)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4 --xla_disable_hlo_passes=foo,bar")
+    _sweep._chunk_runner(mesh)
+    monkeypatch.setenv("XLA_FLAGS", "")
+    _sweep._chunk_runner(mesh)
+    monkeypatch.setattr(_sweep, "_platform", lambda mesh: "gpu")
+    _sweep._chunk_runner(mesh)
+    assert seen == ["bar,cse,foo", "cse", None]

@@ -9,9 +9,11 @@ reduction of partial statistics per chunk.
 """
 
 import dataclasses
+import functools
 import inspect
 import math
 import os
+import re
 from collections.abc import Callable
 
 import equinox as eqx
@@ -112,14 +114,16 @@ def _cache_block(platform: str, output_bytes: int = 0, threads: int = 1) -> int 
 
 # Members per device per chunk are rounded up to a multiple of LANES. On XLA:CPU a member's
 # last bits can depend on how many members are vmapped together: the HLO is the same, but LLVM
-# vectorises and unrolls the loop over members differently. Measured on this project's AVX-512
-# machine (2026-11-23, jax 0.10.2), against a 512-member reference: float32 Lorenz under Tsit5,
-# Dopri5 and Dopri8 differed at 16 members per device, float64 NBody at 8 and 9; multiples of 32
-# (32 to 256; Euler, Heun, RK4, Tsit5, Dopri5, Dopri8; float32 and float64) agreed there. It is
-# not a guarantee: float32 Tsit5 over 60 steps still differs between 32 and 64 members and
-# inside `shard_map`, and a float64 N-body sweep under RK4 between 1 and 4 devices
-# (docs/multihost.md); Lorenz under RK4 agreed in every layout tried. The padding (< 32
-# members per device) is computed and dropped.
+# vectorises and unrolls the loop over members differently, and batches narrower than a 512-bit
+# vector take another path. Measured on this project's AVX-512 machine (2026-11-23, jax 0.10.2)
+# against one 512-member chunk, with rounding off: float32 Lorenz under Tsit5 differed in chunks
+# of 1 to 12 members, Dopri5 and Dopri8 at 8 and 9, float64 Lorenz Tsit5 at 1 to 4, a float64
+# double pendulum under Tsit5 at 1 and 9; with multiples of 32 nothing differed. With this
+# rounding, `_chunk_runner`'s compile option and `simulate`'s barrier on `dt` and `t0`, 38
+# combinations (Lorenz with six Runge–Kutta methods, three-body with RK4 and three symplectic
+# methods, pendulum, double pendulum, van der Pol, a spring chain; float32 and float64) gave
+# the same bits on 1, 2, 3 and 4 devices and in chunks of 32 (docs/multihost.md). The padding
+# (< 32 members per device) is computed and dropped.
 LANES = 32
 
 
@@ -183,9 +187,9 @@ def sweep(
     - `keep`: keep every member's output on the host (default: True unless `reduce` is given).
     - `key`: base `jax.random` key; without a `"seed"` axis member `i` gets `fold_in(key, i)`.
     - `batch_size`: members per chunk, rounded up to a multiple of 32 x the device count (see
-      `LANES`; results then agree across chunkings and device counts to round-off, and
-      bitwise in many cases, e.g. Lorenz under RK4, but not all: docs/multihost.md), and
-      lowered where a chunk that size would not fit the memory budget.
+      `LANES`: on CPU a member's bits then do not depend on the chunking or the number of
+      devices in every case tested; docs/multihost.md), and lowered where a chunk that size
+      would not fit the memory budget.
     - `memory_budget`: bytes of device memory per device a chunk may use; the chunk size is
       chosen from an estimate of one member's footprint (its rollout output, kept output and
       carries, via `jax.eval_shape`) and checked against XLA's memory analysis of the
@@ -696,7 +700,39 @@ class _ChunkConfig:
     cache_block: int | None = _CACHE_BLOCK  # members vmapped at once; None: the whole chunk (accelerators)
 
 
-@async_filter_jit  # returns when the chunk is queued: the host copies the previous one meanwhile
+# On XLA:CPU the chunk is compiled without common-subexpression elimination, so that a member
+# gets the same bits on one device and on many. XLA's algebraic simplifier makes rewrites that
+# change the last bits (`A / broadcast(b)` -> `A * broadcast(1 / b)`, `(A * c1) * c2` ->
+# `A * (c1 * c2)`), and whether one applies depends on the shape of the program when the
+# simplifier reaches it. A multi-device program reaches it in another shape: the SPMD
+# partitioner runs CSE first, so the four RK4 stages of an N-body step share one broadcast of
+# the masses where a single-device program has one per stage, and only the single-device
+# program had its divisions rewritten (float64, ~1e-16 relative, 7 of 100 members differed
+# between 1 and 4 devices; measured 2026-11-23, jax 0.10.2). Without CSE both reach the
+# simplifier alike. (The other difference, constants moved into the loop before the simplifier
+# runs, is why `simulate` hides `dt` and `t0` behind an optimisation barrier.) Cost, one core,
+# `sweep` of 10^5 Lorenz members x 1,000 float32 steps: RK4 51.3 -> 52.2 ms, Tsit5 106.2 -> 104.7
+# ms (noise); 4,096 three-body members, RK4, 1,000 steps: 507 -> 534 ms. Other platforms keep
+# XLA's defaults (not measured there).
+_SAME_BITS_PASSES_OFF = ("cse",)
+
+
+def _chunk_runner(mesh):
+    """`_chunk`, jitted for the mesh's platform (on CPU without CSE: see `_SAME_BITS_PASSES_OFF`;
+    passes the user turned off in `XLA_FLAGS` stay off)."""
+    if _platform(mesh) != "cpu":
+        return _jitted_chunk(None)
+    user = re.findall(r"--xla_disable_hlo_passes=(\S*)", os.environ.get("XLA_FLAGS", ""))
+    passes = sorted({p for value in user for p in value.split(",") if p} | set(_SAME_BITS_PASSES_OFF))
+    return _jitted_chunk(",".join(passes))
+
+
+@functools.cache
+def _jitted_chunk(passes_off: str | None):
+    # returns when the chunk is queued: the host copies the previous one meanwhile
+    return async_filter_jit(_chunk, compiler_options={"xla_disable_hlo_passes": passes_off} if passes_off else None)
+
+
 def _chunk(config: _ChunkConfig, payload, tables, order, start, stop):
     """Members at positions `start .. start + batch - 1` (of `order`, or flat) below `stop`.
 
@@ -827,12 +863,13 @@ def _compile(plan: _Plan, tables, order, stop):
     config = plan.config
     on_cpu = _platform(plan.mesh) == "cpu"
     if plan.budget is None or (on_cpu and not plan.budget_given and plan.member_bytes * config.local * 4 < plan.budget):
-        return lambda first: _chunk(config, plan.payload, tables, order, first, stop)
+        chunk = _chunk_runner(plan.mesh)
+        return lambda first: chunk(config, plan.payload, tables, order, first, stop)
     resident = _nbytes(tables) + (0 if order is None else order.nbytes)
     for _ in range(8):  # each pass shrinks the chunk; it stops when XLA's analysis fits the budget
         config = dataclasses.replace(config, local=plan.batch // n_dev)
         first = jax.device_put(np.int32(plan.start), stop.sharding)
-        compiled = _chunk.lower(config, plan.payload, tables, order, first, stop).compile()
+        compiled = _chunk_runner(plan.mesh).lower(config, plan.payload, tables, order, first, stop).compile()
         mem = _compiled_bytes(compiled.compiled, resident)
         if mem is None or mem <= plan.budget or config.local == 1:
             break
