@@ -915,3 +915,21 @@ def test_chunk_compile_options_keep_the_users_disabled_passes(monkeypatch):
     monkeypatch.setattr(_sweep, "_platform", lambda mesh: "gpu")
     _sweep._chunk_runner(mesh)
     assert seen == ["bar,cse,foo", "cse", None]
+
+
+@pytest.mark.parametrize(("gather", "reduce", "held"), [(False, None, 10), (True, None, 100),
+                                                        (False, {"median": "median"}, 100)])
+def test_host_memory_check_counts_what_this_process_keeps(monkeypatch, gather, reduce, held):
+    """In a multi-process run with gather=False a process keeps only its own share of the
+    outputs, so the host-memory check sizes that share; gathering, or a reduction that needs
+    every value, keeps all members on every process."""
+    from sciax import parallel
+    from sciax.ensemble import _sweep
+
+    seen = []
+    monkeypatch.setattr(parallel, "process_share", lambda n, *args: (0, 10))  # process 0 of 10
+    monkeypatch.setattr(_sweep, "_check_host_memory", lambda needs, n, out: seen.append(n))
+    _sweep._plan(Lorenz(), Y0, {"rho": jnp.linspace(0.0, 30.0, 100)}, mode="grid", simulate_kwargs=KW,
+                 solve_kwargs=None, run=None, output=final, reduce=reduce, reduce_over=None, keep=True, key=None,
+                 batch_size=None, memory_budget=None, devices=1, check_finite=True, order=None, gather=gather)
+    assert seen == [held]

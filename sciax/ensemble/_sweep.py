@@ -326,8 +326,11 @@ def _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output
     n_dev = mesh.devices.size
     start, stop = parallel.process_share(n_members)
     batch, budget = _batch(batch_size, memory_budget, member_bytes, n_dev, stop - start, mesh)
-    needs_values = keep or any(r.needs_values for r in reductions.values())
-    _check_host_memory(needs_values, n_members, out_struct)
+    exact = any(r.needs_values for r in reductions.values())
+    needs_values = keep or exact
+    # This process keeps every member's output when gathering or when a reduction needs all
+    # values, else only its own share (gather=False in a multi-process run).
+    _check_host_memory(needs_values, n_members if gather or exact else stop - start, out_struct)
     config = _ChunkConfig(
         axes=specs, mode=mode, shape=shape, mesh=mesh, local=batch // n_dev, check_finite=check_finite,
         needs_values=needs_values, kept=kept, n_groups=n_groups,
@@ -668,6 +671,8 @@ def _round_up(n, k):
 
 
 def _check_host_memory(needs_values, n_members, out_struct):
+    """Refuse a sweep whose kept outputs (`n_members` of them on this host) would take more
+    than half the host's RAM."""
     if not needs_values:
         return
     need = n_members * _nbytes(out_struct)
