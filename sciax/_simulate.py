@@ -252,11 +252,13 @@ def _rollout(system, state0, integrator, dt, t0, key, args, observables, n_steps
     frames = _Frames(integrator, observables, save_every, n_steps // save_every, save_states,
                      componentwise, adjoint)
     # Inside an enclosing jit (`sweep`, jit(vmap(simulate))) `dt` and `t0` arrive as constants.
-    # XLA's simplifier folds a constant into a product with a Butcher coefficient, which changes
-    # the last bits (dt * (0.161 * k) -> (dt * 0.161) * k), and does so in a single-device
-    # program but not in a multi-device one, where the constants reach it inside the loop. As
-    # runtime values (as in an eager call) they are treated alike in both: float32 Tsit5
-    # ensembles differed in 9 of 90 members between 1 and 4 devices before.
+    # XLA's simplifier merged dt into a product with a Butcher coefficient, which changes the
+    # last bits (dt * (0.161 * k) -> (dt * 0.161) * k), in a single-device program, where dt was
+    # still carried through the loop when it ran, but not in a multi-device one, where the
+    # partitioner had already made it a constant inside the loop. As runtime values (as in an
+    # eager call) they are treated alike in both: float32 Tsit5 ensembles differed in 9 of 90
+    # members between 1 and 4 devices before. This depends on XLA's pass order (jax 0.10.2);
+    # tests/test_sharding.py checks it.
     dt, t0 = lax.optimization_barrier((dt, t0))
     y0 = tuple(state0[i] for i in range(state0.shape[0])) if componentwise else state0
     carry0 = integrator.init(system, frames.time(t0, dt, step_offset), y0, args)

@@ -176,7 +176,7 @@ SCRIPT = textwrap.dedent("""
     import jax.numpy as jnp, numpy as np
     import sciax
     from sciax import integrators as si
-    from sciax.systems import DoublePendulum, Lorenz, NBody
+    from sciax.systems import Lorenz
     assert len(jax.devices()) == 4, jax.devices()
     kw = dict(integrator=si.RK4(), dt=0.01, n_steps=60, save_every=20)
     axes = {"rho": jnp.linspace(5.0, 30.0, 45), "state0[0]": jnp.array([1.0, 2.0, 3.0])}

@@ -912,9 +912,11 @@ def test_chunk_compile_options_keep_the_users_disabled_passes(monkeypatch):
     _sweep._chunk_runner(mesh)
     monkeypatch.setenv("XLA_FLAGS", "")
     _sweep._chunk_runner(mesh)
+    monkeypatch.setenv("XLA_FLAGS", '--xla_disable_hlo_passes="algsimp,foo"')  # XLA strips the quotes
+    _sweep._chunk_runner(mesh)
     monkeypatch.setattr(_sweep, "_platform", lambda mesh: "gpu")
     _sweep._chunk_runner(mesh)
-    assert seen == ["bar,cse,foo", "cse", None]
+    assert seen == ["bar,cse,foo", "cse", "algsimp,cse,foo", None]
 
 
 @pytest.mark.parametrize(("gather", "reduce", "held"), [(False, None, 10), (True, None, 100),

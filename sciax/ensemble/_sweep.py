@@ -121,9 +121,11 @@ def _cache_block(platform: str, output_bytes: int = 0, threads: int = 1) -> int 
 # double pendulum under Tsit5 at 1 and 9; with multiples of 32 nothing differed. With this
 # rounding, `_chunk_runner`'s compile option and `simulate`'s barrier on `dt` and `t0`, 38
 # combinations (Lorenz with six Runge–Kutta methods, three-body with RK4 and three symplectic
-# methods, pendulum, double pendulum, van der Pol, a spring chain; float32 and float64) gave
-# the same bits on 1, 2, 3 and 4 devices and in chunks of 32 (docs/multihost.md). The padding
-# (< 32 members per device) is computed and dropped.
+# methods, pendulum, double pendulum and van der Pol with RK4 and Tsit5, a spring chain with RK4,
+# velocity Verlet and Yoshida4; float32 and float64) gave the same bits on 1, 2, 3 and 4
+# devices and in chunks of 32 (docs/multihost.md). A memory budget that allows fewer than 32
+# members per device gives narrower chunks, whose bits can differ. The padding (< 32 members
+# per device) is computed and dropped.
 LANES = 32
 
 
@@ -679,7 +681,7 @@ def _check_host_memory(needs_values, n_members, out_struct):
     ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     if need > 0.5 * ram:
         raise ValueError(
-            f"sweep: keeping every member's output needs {need / 2**30:.1f} GiB of host memory "
+            f"sweep: keeping the members' outputs on this host needs {need / 2**30:.1f} GiB of memory "
             f"({n_members} members x {_nbytes(out_struct)} bytes), more than half of the {ram / 2**30:.1f} GiB "
             "here. Keep less per member (`output=`), pass streaming `reduce=` reductions with keep=False, "
             "or run in several sweeps."
@@ -728,7 +730,9 @@ def _chunk_runner(mesh):
     if _platform(mesh) != "cpu":
         return _jitted_chunk(None)
     user = re.findall(r"--xla_disable_hlo_passes=(\S*)", os.environ.get("XLA_FLAGS", ""))
-    passes = sorted({p for value in user for p in value.split(",") if p} | set(_SAME_BITS_PASSES_OFF))
+    # XLA strips quotes around a flag's value; the compile option would keep them.
+    passes = sorted({p.strip("\"'") for value in user for p in value.strip("\"'").split(",") if p.strip("\"'")}
+                    | set(_SAME_BITS_PASSES_OFF))
     return _jitted_chunk(",".join(passes))
 
 
