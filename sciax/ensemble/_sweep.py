@@ -730,10 +730,8 @@ def _chunk_runner(mesh):
     if _platform(mesh) != "cpu":
         return _jitted_chunk(None)
     user = re.findall(r"--xla_disable_hlo_passes=(\S*)", os.environ.get("XLA_FLAGS", ""))
-    # XLA strips quotes around a flag's value; the compile option would keep them.
-    passes = sorted({p.strip("\"'") for value in user for p in value.strip("\"'").split(",") if p.strip("\"'")}
-                    | set(_SAME_BITS_PASSES_OFF))
-    return _jitted_chunk(",".join(passes))
+    names = (name.strip() for value in user for name in value.strip("\"'").split(","))  # XLA strips quotes
+    return _jitted_chunk(",".join(sorted({name for name in names if name} | set(_SAME_BITS_PASSES_OFF))))
 
 
 @functools.cache
