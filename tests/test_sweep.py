@@ -476,13 +476,31 @@ def test_reductions_of_a_boolean_output_count_it_as_0_and_1():
     kw = dict(integrator=si.RK4(), dt=0.01, n_steps=10)
     for batch in (None, 32):
         res = sciax.sweep(Lorenz(), Y0, axes={"rho": rho}, simulate_kwargs=kw, output=lambda t: t.final_state[1] > 0.3,
-                          reduce=["mean", "sum", "var", "max", "median"], keep=True, batch_size=batch, devices=1)
+                          reduce=["mean", "sum", "var", "min", "max", "median"], keep=True, batch_size=batch, devices=1)
         flags = np.asarray(res.outputs)
         assert flags.dtype == np.bool_ and 0 < flags.sum() < 40 and res.info["chunks"] == (1 if batch is None else 2)
         assert res.reductions["sum"] == flags.sum() and np.issubdtype(res.reductions["sum"].dtype, np.integer)
         np.testing.assert_allclose(res.reductions["mean"], flags.mean(), rtol=1e-15)
         np.testing.assert_allclose(res.reductions["var"], flags.var(), rtol=1e-14)
-        assert res.reductions["max"] == 1 and res.reductions["median"] == np.median(flags)
+        assert res.reductions["median"] == np.median(flags)
+        for name in ("min", "max"):  # a flag's extremum is a flag ("all set", "any set"), as NumPy's
+            expected = getattr(np, name)(flags)
+            assert res.reductions[name].dtype == np.bool_ and res.reductions[name] == expected, name
+
+
+def test_extremum_of_a_boolean_output_per_group_and_for_an_empty_group():
+    """min/max of a flag kept per group come back as flags; a group whose members all failed gets
+    the identities (min: True = "all of none", max: False = "any of none"), with count 0."""
+    sigma = jnp.array([10.0, 1e4])  # RK4 at dt=0.01 is unstable for sigma = 1e4: that group is empty
+    rho = jnp.linspace(0.0, 30.0, 40)
+    res = sciax.sweep(Lorenz(), Y0, axes={"rho": rho, "sigma": sigma}, simulate_kwargs=KW,
+                      output=lambda t: (t.final_state[1] > 0.3, t.final_state[1]), reduce=["min", "max", "count"],
+                      reduce_over="rho", keep=True, devices=1)
+    flags = np.asarray(res.outputs[0])[:, 0]
+    assert 0 < flags.sum() < 40 and list(res.reductions["count"][0]) == [40, 0]
+    for name, empty in (("min", True), ("max", False)):
+        got = res.reductions[name][0]
+        assert got.dtype == np.bool_ and list(got) == [getattr(np, name)(flags), empty], name
 
 
 # ------------------------------------------------------------------------------ failures

@@ -143,6 +143,10 @@ class _Leafwise(Reduction):
     def finalize(self, state):
         raise NotImplementedError
 
+    def finalize_leaf(self, state, dtype):
+        """The result for an output leaf of `dtype` (booleans were reduced as 0/1 integers)."""
+        return self.finalize(state)
+
     def applies_to(self, dtype) -> bool:
         return jnp.issubdtype(dtype, jnp.number) or dtype == jnp.bool_  # booleans count as 0 and 1
 
@@ -276,11 +280,18 @@ class _Extremum(_Leafwise):
             return jnp.where((_bcast(n, value) > 0) & (nans == 0), value, jnp.nan)
         return value
 
+    def finalize_leaf(self, state, dtype):
+        # A flag's extremum is a flag, as in NumPy: min = "all set", max = "any set". An empty
+        # group's identity (the widened integer's largest / smallest value) becomes True / False.
+        value = self.finalize(state)
+        return value > 0 if dtype == jnp.bool_ else value
+
 
 @dataclasses.dataclass(frozen=True)
 class Min(_Extremum):
     """Minimum over members (NaN for a group with no finite member). Integer outputs keep their
-    dtype, so such a group holds the dtype's largest value: check `Count` for empty groups."""
+    dtype, so such a group holds the dtype's largest value, and a boolean output gives a boolean
+    ("all members set it"; True for such a group): check `Count` for empty groups."""
 
     take_min = True
 
@@ -288,7 +299,8 @@ class Min(_Extremum):
 @dataclasses.dataclass(frozen=True)
 class Max(_Extremum):
     """Maximum over members (NaN for a group with no finite member). Integer outputs keep their
-    dtype, so such a group holds the dtype's smallest value: check `Count` for empty groups."""
+    dtype, so such a group holds the dtype's smallest value, and a boolean output gives a boolean
+    ("any member set it"; False for such a group): check `Count` for empty groups."""
 
     take_min = False
 
@@ -491,7 +503,7 @@ def tree_merge(red: Reduction, struct, a, b):
 def tree_finalize(red: Reduction, struct, state, kept_shape):
     """Final results on the host with the kept axes in front: `(kept..., *result_shape)`."""
     if isinstance(red, _Leafwise):
-        res = jtu.tree_map(lambda s, st: red.finalize(st) if red.applies_to(s.dtype) else None, struct, state)
+        res = jtu.tree_map(lambda s, st: red.finalize_leaf(st, s.dtype) if red.applies_to(s.dtype) else None, struct, state)
     else:
         res = jax.vmap(red.finalize)(state) if red.finalize is not None else state
     return jtu.tree_map(lambda r: np.asarray(r).reshape(kept_shape + np.shape(r)[1:]), res)
