@@ -118,6 +118,24 @@ def test_auto_partitioning_fallback_equals_single_device(monkeypatch):
 
 
 @needs_4
+def test_implicit_solver_sweep_on_four_devices_equals_one():
+    """Diffrax's implicit solvers do not trace inside shard_map (lineax and Equinox compare a
+    traced value's structure with a constant's, see docs/multihost.md). Lineax's failure fell back
+    to XLA's partitioning, but Equinox's, met by a `run` whose initial state is a constant, reached
+    the user as "Closure-converted function called with different dynamic arguments". It falls
+    back now too, with the single-device bits."""
+    from sciax.systems import VanDerPol
+
+    kw = dict(t0=0.0, t1=1.0, solver="kvaerno5", rtol=1e-8, atol=1e-10)
+    res = {d: sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": jnp.linspace(1.0, 30.0, 13)}, devices=d,
+                          run=lambda s, y, k: sciax.solve(s, jnp.array([2.0, 0.0]), **kw).final_state)
+           for d in (1, 4)}
+    assert res[4].info["partitioning"] == "auto" and res[4].info["devices"] == 4
+    assert np.isfinite(res[1].outputs).all() and not res[1].failures
+    np.testing.assert_array_equal(res[4].outputs, res[1].outputs)
+
+
+@needs_4
 def test_no_cross_device_communication_while_stepping():
     """Without reductions the sharded chunk has no collective at all; with them, one per chunk
     for the partial statistics, outside the time-stepping loops."""

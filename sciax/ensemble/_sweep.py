@@ -408,6 +408,15 @@ def _check_chunking(batch_size, memory_budget):
                 f"sweep: `memory_budget` must be a positive, finite number of bytes, got {memory_budget!r}.")
 
 
+# What lineax and Equinox raise when they compare a traced value's structure (which, inside
+# shard_map, carries the manual mesh) with that of a constant made inside the solver (no mesh):
+# Diffrax's implicit solvers hit one or the other (docs/multihost.md; lineax#185).
+_SHARD_MAP_TRACE_FAILURES = (
+    "does not match out_structure",
+    "Closure-converted function called with different dynamic arguments",
+)
+
+
 def _traces_in_shard_map(config, payload, axes) -> bool:
     """Whether one chunk traces inside `shard_map` (see `_chunk`); tracing only, no compile."""
     tables = [jax.ShapeDtypeStruct(a.values.shape, a.values.dtype) for a in axes]
@@ -417,7 +426,7 @@ def _traces_in_shard_map(config, payload, axes) -> bool:
         try:
             eqx.filter_eval_shape(_chunk, config, payload, tables, None, index, index)
         except ValueError as e:
-            if "does not match out_structure" in str(e):  # lineax under shard_map (see _chunk)
+            if any(m in str(e) for m in _SHARD_MAP_TRACE_FAILURES):
                 return False
             raise
         return True
@@ -752,7 +761,7 @@ def _chunk(config: _ChunkConfig, payload, tables, order, start, stop):
       XLA. Fixed-step scans need no communication either, but a vmapped while-loop (adaptive
       solves) tests "any member still running" across the whole mesh at every step. Used only
       when the rollout cannot be traced inside `shard_map` (Diffrax's implicit solvers: lineax
-      0.1.1 compares shapes with and without the manual-mesh sharding and fails).
+      0.1.1 and Equinox compare shapes with and without the manual-mesh sharding and fail).
     - `"single"`: one device, plain `vmap`.
 
     The partial reductions of the chunk are combined across devices once.
