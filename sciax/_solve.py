@@ -11,6 +11,7 @@ import jax.tree_util as jtu
 import numpy as np
 
 from ._collector import with_fewer_collections
+from ._forward_only import forward_only
 from ._trajectory import Trajectory
 from ._validation import (
     check_finite_state,
@@ -107,8 +108,8 @@ def solve(
       accurate to the tolerances; adaptive steps only; not with respect to `t0`, `t1`,
       `save_at` or `dt0`, which Diffrax's backsolve does not support: that raises an error
       naming them), `"direct"` (plain autodiff, also allows forward mode), `"forward"` (forward
-      mode only: `jax.jvp`, `jax.jacfwd`; `jax.grad` fails with JAX's "Reverse-mode
-      differentiation does not work for lax.while_loop"), or a `diffrax` adjoint.
+      mode only: `jax.jvp`, `jax.jacfwd`, `jax.linearize`; a reverse-mode derivative such as
+      `jax.grad` raises an error saying so), or a `diffrax` adjoint.
     - `args`: passed to `vector_field(t, y, args)`.
     - `observables`: dict name -> `fn(t, state, system)` evaluated at every saved frame.
     - `throw`: raise if the solve fails (e.g. `max_steps` reached). With `throw=False` the
@@ -330,14 +331,21 @@ def _vector_field(t, y, system_and_args):
 def _refuse_unsupported_derivatives(adjoint, t0, t1, save_at, dt0):
     """The solve's times, marked so that a derivative the adjoint cannot take raises an error
     naming `adjoint` and the input while JAX traces it, instead of Diffrax's "Unexpected
-    tangent". Identity otherwise. (`jax.grad` with adjoint='forward' is not caught this way:
-    such a marker would refuse `jax.jvp` too, which that adjoint exists for.)"""
+    tangent". Identity otherwise. (`jax.grad` with adjoint='forward' is caught on the outputs
+    instead, by `forward_only`: a marker on the inputs would refuse `jax.jvp` too.)"""
     if isinstance(adjoint, dfx.BacksolveAdjoint):
         t0, t1, save_at, dt0 = (None if x is None else eqx.internal.nondifferentiable(x, msg=(
             f"solve: the backsolve adjoint cannot differentiate with respect to `{name}` (Diffrax's "
             "BacksolveAdjoint does not support it); use adjoint='recursive_checkpoint'."))
             for name, x in (("t0", t0), ("t1", t1), ("save_at", save_at), ("dt0", dt0)))
     return t0, t1, save_at, dt0
+
+
+_FORWARD_ONLY = (
+    "solve: adjoint='forward' computes forward-mode derivatives only (jax.jvp, jax.jacfwd, "
+    "jax.linearize); for jax.grad, jax.vjp or jax.jacrev use adjoint='recursive_checkpoint' (the "
+    "default), 'backsolve' or 'direct'."
+)
 
 
 def _frame_is_finite(states, n_frames):
@@ -355,6 +363,8 @@ def _solve(system, y0, t0, t1, save_at, solver, controller, dt0, max_steps, adjo
         max_steps=max_steps, throw=throw,
     )
     states = solution.ys
+    if isinstance(adjoint, dfx.ForwardMode):
+        states = forward_only(states, _FORWARD_ONLY)
     obs = {name: jax.vmap(lambda t, y, fn=fn: fn(t, y, system))(save_at, states)
            for name, fn in observables.items()}
     stats = {

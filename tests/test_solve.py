@@ -230,6 +230,29 @@ def test_grad_wrt_rho_matches_finite_differences(adjoint):
     assert abs(float(grad) - float(fd)) < 1e-6 * abs(float(fd))
 
 
+def test_forward_adjoint_gives_forward_derivatives_and_refuses_reverse_mode_by_name():
+    """adjoint='forward': jvp and jacfwd (vmapped under jit) agree with the checkpointed
+    reverse-mode gradient (checked against central differences in
+    test_grad_wrt_rho_matches_finite_differences); jax.grad and jax.vjp raised JAX's "Reverse-mode
+    differentiation does not work for lax.while_loop", which names neither the solve nor the fix,
+    and now raise an error saying both."""
+    save_at = jnp.linspace(0.1, 0.5, 5)
+
+    def loss(rho, adjoint="forward"):
+        traj = sciax.solve(Lorenz(rho=rho), jnp.array(LORENZ_Y0), t0=0.0, t1=0.5, save_at=save_at,
+                           solver="tsit5", rtol=1e-12, atol=1e-12, adjoint=adjoint,
+                           observables={"x2": lambda t, y, s: y[0] ** 2})
+        return jnp.sum(traj.states**2) + jnp.sum(traj.observables["x2"])
+
+    reference = float(jax.grad(loss)(28.0, "recursive_checkpoint"))
+    for d in (jax.jvp(loss, (28.0,), (1.0,))[1], jax.jit(jax.vmap(jax.jacfwd(loss)))(jnp.array([28.0, 28.0]))):
+        np.testing.assert_allclose(d, reference, rtol=1e-9)
+    message = r"solve: adjoint='forward' computes forward-mode derivatives only .* use adjoint='recursive_checkpoint'"
+    for reverse in (jax.grad(loss), lambda r: jax.vjp(loss, r)[1](1.0)):
+        with pytest.raises(ValueError, match=message):
+            reverse(28.0)
+
+
 @pytest.mark.parametrize("wrt", ["t0", "t1", "save_at", "dt0"])
 def test_backsolve_names_the_times_it_cannot_differentiate(wrt):
     """Diffrax's BacksolveAdjoint raised "Unexpected tangent. *args and **kwargs to

@@ -503,7 +503,8 @@ def tree_merge(red: Reduction, struct, a, b):
 def tree_finalize(red: Reduction, struct, state, kept_shape):
     """Final results on the host with the kept axes in front: `(kept..., *result_shape)`."""
     if isinstance(red, _Leafwise):
-        res = jtu.tree_map(lambda s, st: red.finalize_leaf(st, s.dtype) if red.applies_to(s.dtype) else None, struct, state)
+        res = jtu.tree_map(lambda s, st: red.finalize_leaf(st, s.dtype) if red.applies_to(s.dtype) else None,
+                           struct, state)
     else:
         res = jax.vmap(red.finalize)(state) if red.finalize is not None else state
     return jtu.tree_map(lambda r: np.asarray(r).reshape(kept_shape + np.shape(r)[1:]), res)
