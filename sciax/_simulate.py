@@ -111,7 +111,9 @@ def simulate(
         except ValueError as e:  # the error check_finite documents, at frame 0
             raise NonFiniteStateError(str(e), frame=0, time=float(t0) if is_concrete(t0) else None) from None
     check_time_scalar("simulate", "t0", t0, dtype)
-    _check_time_resolution(t0, dt, step_offset, n_steps, dtype)  # on the host values, before conversion
+    problem = time_resolution_problem(t0, dt, step_offset, n_steps, save_every, dtype)  # host values, unconverted
+    if problem:
+        warnings.warn(f"simulate: {problem}", RuntimeWarning, stacklevel=3)
     dt = jnp.asarray(dt, dtype=dtype)
     t0 = jnp.asarray(t0, dtype=dtype)
     observables = {name: by_code(fn) for name, fn in (observables or {}).items()}  # a new lambda: no recompile
@@ -155,23 +157,27 @@ def _check_step_counter(step_offset, n_steps):
             "for longer runs.")
 
 
-def _check_time_resolution(t0, dt, step_offset, n_steps, dtype):
-    """Warn when the times t0 + n dt cannot be told apart in the state's precision: in float32
-    near t = 3e7 representable times are 2 apart, so with a step of 1e-3 every saved time reads
-    t0, and a time-dependent vector field is evaluated at the wrong times (an autonomous
-    system's states are unaffected). A warning, not an error: long float32 runs of autonomous
-    systems are common and their states are right."""
+def time_resolution_problem(t0, dt, step_offset, n_steps, save_every, dtype) -> str | None:
+    """Why the times t0 + n dt cannot be told apart in the state's precision, or None: in
+    float32 near t = 3e7 representable times are 2 apart, so with a step of 1e-3 the step times
+    round onto each other and a time-dependent vector field is evaluated at the wrong times (an
+    autonomous system's states are unaffected). Saved frames are computed as t0 + n dt, each
+    rounded once, so their times are right unless the frames themselves are closer than the
+    spacing. `simulate` warns with it, not raises: long float32 runs of autonomous systems are
+    common and their states are right; the runner checks a whole run once."""
     if not (is_concrete(t0) and is_concrete(dt) and is_concrete(step_offset)) or np.ndim(step_offset) != 0:
-        return  # (a non-scalar step_offset is refused later)
+        return None  # (a non-scalar step_offset is refused later)
     t0, dt = (float(np.asarray(x).astype(dtype)) for x in (t0, dt))
     t_far = abs(t0) + (abs(int(step_offset)) + n_steps) * dt
     spacing = float(np.spacing(np.asarray(t_far, dtype=dtype)))
-    if dt <= spacing:
-        warnings.warn(
-            f"simulate: `dt` = {dt:g} is not above the spacing {spacing:g} of {np.dtype(dtype).name} times near "
-            f"t = {t_far:g}, so the times t0 + n dt round onto each other: the saved times are wrong, and so "
-            "are the states of a time-dependent system. Use float64, or measure time from a nearer origin.",
-            RuntimeWarning, stacklevel=4)
+    if dt > spacing:
+        return None
+    frames = ("the saved times are wrong too" if save_every * dt <= spacing else
+              f"the saved frames, {save_every * dt:g} apart, keep their times")
+    return (f"`dt` = {dt:g} is not above the spacing {spacing:g} of {np.dtype(dtype).name} times near t = {t_far:g}, "
+            f"so the step times t0 + n dt round onto each other: a time-dependent system is evaluated at wrong "
+            f"times ({frames}; an autonomous system's states are unaffected). Use float64, or measure time from "
+            "a nearer origin.")
 
 
 def _validate(system, state0, integrator, dt, n_steps, save_every, key, observables, adjoint):

@@ -33,6 +33,7 @@ import math
 import sys
 import time
 import typing
+import warnings
 from pathlib import Path
 
 import equinox as eqx
@@ -44,7 +45,7 @@ import numpy as np
 from . import io as sio
 from ._errors import NonFiniteStateError
 from ._jit import equinox_errors
-from ._simulate import simulate
+from ._simulate import simulate, time_resolution_problem
 from ._version import __version__
 from .scenario import MAX_AUTO_STATE_COLUMNS, Built, Scenario, ScenarioError
 
@@ -232,6 +233,7 @@ class _Driver:
         self.compute_s = 0.0  # time spent in chunks (simulate + writing frames), for steps/s
         self.prior_elapsed = 0.0
         self.resumed_from = None
+        self.warnings = []  # for summary.json
 
     # -- setup
 
@@ -396,6 +398,13 @@ class _Driver:
         """Chunk k + 1 is queued (its start state is chunk k's final state, still on the device)
         before chunk k's frames are written, so the device computes while the host writes."""
         total, chunk = self.sc.run.n_steps, self.sc.run.chunk_steps
+        rs = self.sc.run
+        # Checked once for the whole run (each chunk's simulate would warn again, at its own t).
+        problem = time_resolution_problem(rs.t0, rs.dt, self.steps_done, total - self.steps_done, rs.save_every,
+                                          self.dtype)
+        if problem:
+            self.warnings.append(problem)
+            warnings.warn(f"scenario {self.sc.name!r}: {problem}", RuntimeWarning, stacklevel=3)
         dispatched = 0
         pending = None
         self._clock = time.monotonic()
@@ -432,9 +441,11 @@ class _Driver:
         """Queue one `simulate` call of `n_steps` steps from `state` (returns before it has run).
         step_offset: the chunk continues the global step count (time t0 + n dt, key
         fold_in(key, n)), so the chunked run is bitwise equal to one simulate call over the whole run."""
-        traj = simulate(self.b.system, state, integrator=self.b.integrator, dt=self.dt, n_steps=n_steps,
-                        save_every=self.sc.run.save_every, t0=self.t0, key=self.b.key,
-                        observables=self.b.observables, step_offset=jnp.asarray(offset, dtype=self.int_dtype))
+        with warnings.catch_warnings():  # the run's time resolution was checked once in `loop`
+            warnings.filterwarnings("ignore", r"simulate: `dt` = .* is not above the spacing", RuntimeWarning)
+            traj = simulate(self.b.system, state, integrator=self.b.integrator, dt=self.dt, n_steps=n_steps,
+                            save_every=self.sc.run.save_every, t0=self.t0, key=self.b.key,
+                            observables=self.b.observables, step_offset=jnp.asarray(offset, dtype=self.int_dtype))
         return _Chunk(offset, n_steps, traj, traj.final_state)
 
     def _store(self, chunk: "_Chunk"):
@@ -570,7 +581,7 @@ class _Driver:
             "wall_time_s": wall, "total_wall_time_s": self.prior_elapsed + wall,
             "compute_time_s": self.compute_s, "first_chunk_time_s": self.first_chunk_s,
             "steps_per_second": self.session_steps / self.compute_s if self.compute_s > 0 else None,
-            "conserved": conserved, "non_finite": non_finite, "plot_error": plot_error,
+            "conserved": conserved, "non_finite": non_finite, "plot_error": plot_error, "warnings": self.warnings,
             "backend": jax.default_backend(), "devices": [str(d) for d in devices],
             "x64_enabled": bool(jax.config.jax_enable_x64),
             "versions": {"sciax": __version__, "jax": jax.__version__, "equinox": eqx.__version__},

@@ -346,6 +346,23 @@ def test_float32_run_keeps_float32(tmp_path):
     np.testing.assert_array_equal(traj["states"], np.asarray(direct(s).states))
 
 
+def test_a_run_whose_step_times_round_together_warns_once_and_says_so_in_the_summary(tmp_path):
+    """Float32 times near t = 3e7 are 2 apart, so steps of dt = 0.01 round onto each other.
+    Each chunk's simulate warned again (four chunks, four warnings, each at its own t, which
+    Python does not deduplicate); now the run is checked once, and summary.json records it."""
+    s = scenario(LORENZ, precision="float32", t0=3.0e7)
+    with pytest.warns(RuntimeWarning) as caught:
+        run(s, tmp_path, progress=False)
+    messages = [str(w.message) for w in caught if "spacing" in str(w.message)]
+    assert len(messages) == 1 and messages[0].startswith("scenario 'lorenz_test': `dt` = 0.01 is not above the "
+                                                         "spacing 2 of float32 times near t = 3e+07")
+    assert "the saved times are wrong too" in messages[0]  # frames 0.1 apart: they collapse as well
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["warnings"] == [messages[0].split(": ", 1)[1]]
+    run(scenario(LORENZ), tmp_path / "plain", progress=False)  # no warning (filterwarnings = error)
+    assert json.loads((tmp_path / "plain" / "summary.json").read_text())["warnings"] == []
+
+
 def test_progress_line(tmp_path, capsys):
     import sys
 

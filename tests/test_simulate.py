@@ -365,9 +365,15 @@ def test_times_that_cannot_be_told_apart_in_float32_are_warned_about():
     osc = sciax.systems.DampedDrivenOscillator()
     y32 = jnp.array([1.0, 0.0], jnp.float32)
     with pytest.warns(RuntimeWarning, match=r"`dt` = 0.001 is not above the spacing 2 of float32 times near "
-                                            r"t = 3e\+07"):
+                                            r"t = 3e\+07.*the saved times are wrong too") as caught:
         tr = sciax.simulate(osc, y32, integrator=si.RK4(), dt=1e-3, n_steps=5, t0=3.0e7)
     assert np.all(np.asarray(tr.times) == np.float32(3.0e7))  # what the warning is about
+    assert caught[0].filename == __file__  # it points at the caller's line
+    # Frames farther apart than the spacing keep their times (each is t0 + n dt, rounded once):
+    # the warning said "the saved times are wrong" there too.
+    with pytest.warns(RuntimeWarning, match=r"the saved frames, 4 apart, keep their times"):
+        tr = sciax.simulate(osc, y32, integrator=si.RK4(), dt=1e-3, n_steps=8000, save_every=4000, t0=3.0e7)
+    np.testing.assert_array_equal(tr.times, np.float32(3.0e7) + np.array([0, 4, 8], np.float32))
     sciax.simulate(osc, y32, integrator=si.RK4(), dt=4.0, n_steps=5, t0=3.0e7)  # resolved: no warning
     sciax.simulate(osc, y32.astype(jnp.float64), integrator=si.RK4(), dt=1e-3, n_steps=5, t0=3.0e7)
 

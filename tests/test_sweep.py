@@ -52,6 +52,26 @@ def test_grid_outputs_shaped_by_axes_and_equal_direct_runs():
     assert res.ok.shape == (5, 3) and res.ok.all() and res.failures == []
 
 
+def test_grid_coordinates_that_round_onto_each_other_in_the_run_precision_are_warned_about():
+    """28.0 and 28.0000005 are both 28.0 in float32: the two grid members ran the same value
+    under two labels, silently. Not in zip mode (random samples do this by chance), nor for
+    repeated coordinates (given twice on purpose), NaN, or ±0."""
+    lorenz32 = sciax.astype(Lorenz(), jnp.float32)
+    y32 = Y0.astype(jnp.float32)
+    with pytest.warns(RuntimeWarning, match=r"axis 'rho': in float32, the precision of its target, 1 distinct value "
+                                            r"rounds onto another \(e.g. 28.0 and 28.0000005 are both 28.0\)") as w:
+        res = sciax.sweep(lorenz32, y32, axes={"rho": np.array([28.0, 28.0000005, 29.0])}, run=identity)
+    assert w[0].filename == __file__
+    np.testing.assert_array_equal(res.outputs[0], res.outputs[1])  # what it is about
+    with pytest.warns(RuntimeWarning, match=r"axis 'state0\[0\]': in float32, .* 2 distinct values round onto"):
+        sciax.sweep(lorenz32, y32, axes={"state0[0]": 1.0 + np.array([0.0, 1e-9, 2e-9])}, run=identity)
+    # No warning (filterwarnings = error):
+    sciax.sweep(lorenz32, y32, axes={"rho": np.array([28.0, 28.0000005]), "sigma": np.array([1.0, 2.0])},
+                mode="zip", run=identity)
+    sciax.sweep(lorenz32, y32, axes={"rho": np.array([28.0, 28.0, np.nan, np.nan, 0.0, -0.0])}, run=identity)
+    sciax.sweep(Lorenz(), Y0, axes={"rho": np.array([28.0, 28.0000005])}, run=identity)  # distinct in float64
+
+
 def test_sel_and_isel_by_coordinate():
     res = lorenz_grid()
     one = res.sel(rho=11.25, **{"state0[0]": 2.0})
@@ -599,6 +619,27 @@ def test_median_and_quantiles_keep_float32_like_numpy():
     np.testing.assert_array_equal(res.reductions["q"], np.quantile(values, [0.1, 0.5]).astype(np.float32))
 
 
+def test_quantiles_of_narrow_float_integer_and_boolean_outputs():
+    """bfloat16 outputs got None (NumPy does not count ml_dtypes' bfloat16 as a number) and
+    float16 ones a float32 median; now each keeps its float type, as Mean does, and integers and
+    booleans (0 and 1) give the default float, as their means do. Values against NumPy in float64."""
+    values = np.linspace(-1.0, 1.0, 41) ** 3
+    out = lambda y: {"bf16": y[0].astype(jnp.bfloat16), "f16": y[0].astype(jnp.float16),  # noqa: E731
+                     "i32": (100 * y[0]).astype(jnp.int32), "flag": y[0] > 0.2, "c64": y[0].astype(jnp.complex64)}
+    res = sciax.sweep(Lorenz(), Y0, axes={"state0[0]": values}, run=identity, output=out, keep=True,
+                      reduce={"median": "median", "q": Quantile([0.25, 0.9]), "mean": "mean"})
+    assert res.reductions["median"]["c64"] is None
+    for name in ("bf16", "f16", "i32", "flag"):
+        kept = np.asarray(res.outputs[name])
+        for r in ("median", "q"):
+            got = res.reductions[r][name]
+            assert got.dtype == res.reductions["mean"][name].dtype, (name, r)
+            assert got.dtype == (kept.dtype if name in ("bf16", "f16") else jnp.result_type(float)), (name, r)
+        expected = np.quantile(kept.astype(np.float64), [0.25, 0.9])
+        np.testing.assert_array_equal(res.reductions["q"][name], expected.astype(res.reductions["q"][name].dtype))
+        assert res.reductions["median"][name] == np.median(kept.astype(np.float64)).astype(got.dtype)
+
+
 def test_sel_matches_relatively_and_isel_keeps_the_failures_of_the_selected_members():
     tiny = jnp.array([1e-14, 1e-13, 1e-12])
     res = sciax.sweep(Lorenz(), Y0, axes={"rho": tiny}, run=lambda s, y, k: s.rho * jnp.ones(1))
@@ -613,13 +654,20 @@ def test_sel_matches_relatively_and_isel_keeps_the_failures_of_the_selected_memb
     # Failures are selected by position, not by coordinate value (duplicates, NaN coordinates).
     grid = sciax.sweep(Lorenz(), Y0, axes={"state0[0]": jnp.array([1.0, jnp.nan]), "rho": jnp.array([5.0, 5.0])},
                        run=identity)
-    assert [f["index"] for f in grid.failures] == [2, 3]
-    assert [f["index"] for f in grid.isel(rho=0).failures] == [2]
+    # A selection's failures are numbered within it (its `coords` and `ok.ravel()` take that
+    # index; it was the whole sweep's), with the whole sweep's index as "sweep_index".
+    assert [f["index"] for f in grid.failures] == [2, 3] and "sweep_index" not in grid.failures[0]
+    sub = grid.isel(rho=0)
+    [failure] = sub.failures
+    assert (failure["index"], failure["sweep_index"], failure["rho"]) == (1, 2, 5.0)
+    assert np.isnan(failure["state0[0]"]) and np.isnan(sub.coords(1)["state0[0]"])
+    assert not sub.ok.ravel()[1] and sub.ok.ravel()[0]
     assert grid.isel(**{"state0[0]": 0}).failures == []
-    assert [f["index"] for f in grid.isel(rho=1).isel(**{"state0[0]": -1}).failures] == [3]
+    one = grid.isel(rho=1).isel(**{"state0[0]": -1})
+    assert [(f["index"], f["sweep_index"]) for f in one.failures] == [(0, 3)]
     zipped = sciax.sweep(Lorenz(), Y0, axes={"state0[0]": jnp.array([1.0, jnp.nan]), "rho": jnp.array([1.0, 2.0])},
                          mode="zip", run=identity)
-    assert [f["index"] for f in zipped.isel(member=-1).failures] == [1]
+    assert [(f["index"], f["sweep_index"], f["rho"]) for f in zipped.isel(member=-1).failures] == [(0, 1, 2.0)]
     assert zipped.isel(member=0).failures == []
 
     # The tolerance is relative to each coordinate, not to the axis's largest one: on a logspace
@@ -805,6 +853,30 @@ class TestBadInput:
         res = sciax.sweep(Lorenz(rho=28), Y0, axes={"rho": np.array([24.0, 25.0])},
                           run=lambda s, y, k: s.rho * jnp.ones(()))
         np.testing.assert_array_equal(res.outputs, [24, 25])
+
+    def test_keep_false_without_reductions_is_refused(self):
+        """It ran every member and returned neither outputs nor reductions."""
+        with pytest.raises(ValueError, match=r"keep=False without `reduce` would run every member and return "
+                                             r"nothing; pass reductions"):
+            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, simulate_kwargs=KW, keep=False)
+
+    def test_output_leaves_that_are_not_arrays(self):
+        """Python and NumPy numbers in a member's output crashed the sweep with "'int' object has
+        no attribute 'shape'"; they become arrays, as under jax.vmap. A string or a PRNG key is
+        refused by its path."""
+        out = lambda t: {"x": t.final_state[0], "tag": 1, "w": np.float32(2.5), "on": True}  # noqa: E731
+        res = sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, simulate_kwargs=KW, output=out, keep=True, reduce="mean")
+        assert res.outputs["tag"].dtype == jnp.asarray(1).dtype and (res.outputs["tag"] == 1).all()
+        assert res.outputs["w"].dtype == np.float32 and res.outputs["on"].all() and res.reductions["mean"]["tag"] == 1
+        with pytest.raises(TypeError, match=r"`output` returned str 'a' at \['name'\]; a member's output must "
+                                            r"hold arrays or numbers only"):
+            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, simulate_kwargs=KW, output=lambda t: {"name": "a"})
+        with pytest.raises(TypeError, match=r"`run` returned a PRNG key array at \[0\]; return "
+                                            r"jax.random.key_data\(key\)"):
+            sciax.sweep(Lorenz(), Y0, axes={"seed": np.arange(2)}, run=lambda s, y, k: (k, y))
+        # a key the output leaves out is fine
+        res = sciax.sweep(Lorenz(), Y0, axes={"seed": np.arange(2)}, run=lambda s, y, k: (k, y), output=lambda r: r[1])
+        np.testing.assert_array_equal(res.outputs, np.broadcast_to(Y0, (2, 3)))
 
     def test_seed_must_be_integers(self):
         with pytest.raises(ValueError, match="axis 'seed' must be a 1-D array of integers"):

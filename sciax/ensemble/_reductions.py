@@ -340,7 +340,9 @@ class Quantile(Reduction):
 
     Exact quantiles need every value: each member's output is kept on the host (memory
     `n_members * bytes(output)`), so choose a small per-member `output`. Failed members are
-    left out. Results have shape `(kept axes..., *jnp.shape(q), *leaf_shape)`.
+    left out. Results have shape `(kept axes..., *jnp.shape(q), *leaf_shape)` and, as `Mean`'s,
+    the output's float type (integers and booleans, counted as 0 and 1, give the default float);
+    complex outputs get `None`.
     """
 
     q: object
@@ -356,9 +358,13 @@ class Quantile(Reduction):
         """`values` (grid..., leaf...), `valid` (grid...): quantile over `reduce_axes`."""
 
         def leaf(x):
-            if not (np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_):
+            if not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer)
+                    or x.dtype == np.bool_):
                 return None
-            x = np.asarray(x, dtype=np.result_type(x.dtype, np.float32))
+            # As for Mean: a float output keeps its type (bfloat16 and float16 computed in float32),
+            # integers and booleans (0 and 1) give the default float.
+            result_dtype = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.result_type(float)
+            x = np.asarray(x, dtype=np.result_type(result_dtype, np.float32))
             x_valid = x
             if ignore_invalid:
                 x = np.where(valid.reshape(valid.shape + (1,) * (x.ndim - valid.ndim)), x, np.nan)
@@ -378,7 +384,7 @@ class Quantile(Reduction):
             if ignore_invalid:  # a NaN output of a member that did not fail propagates, as in Mean
                 r = np.where(np.any(np.isnan(x_valid), axis=0), np.nan, r)
             # r: (*q.shape, kept..., leaf...) -> (kept..., *q.shape, leaf...)
-            return np.moveaxis(r, list(range(q.ndim)), list(range(len(kept), len(kept) + q.ndim)))
+            return np.moveaxis(r, list(range(q.ndim)), list(range(len(kept), len(kept) + q.ndim))).astype(result_dtype)
 
         return jtu.tree_map(leaf, values)
 

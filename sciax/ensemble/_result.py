@@ -23,7 +23,9 @@ class SweepResult:
       members were not kept (`keep=False`, the default when reductions are requested).
     - `ok`: bool array of `shape`: the member finished with a finite state (and, for solves,
       the solver succeeded). `None` if `check_finite=False`.
-    - `failures`: one dict per failed member: `{"index": flat_index, <axis>: coordinate, ...}`.
+    - `failures`: one dict per failed member: `{"index": flat_index, <axis>: coordinate, ...}`,
+      the flat index counted in this result (what `coords` and `ok.ravel()` take). A result of
+      `sel`/`isel` also gives `"sweep_index"`, the member's flat index in the whole sweep.
     - `reductions`: dict name -> reduced pytree, each leaf shaped `(kept dims..., ...)`.
     - `reduced_dims`: the dims the reductions ran over; `kept_dims`: the others.
     - `member_indices`: for `gather=False` results, the flat indices of the members this
@@ -124,10 +126,12 @@ class SweepResult:
             kept = tuple(d for d in self.kept_dims if d not in indices)
         origin = self.origin or (self.dims, self.shape)
         selected = {**self.selected, **{d: int(i) % self.shape[self.dims.index(d)] for d, i in indices.items()}}
-        failures = [f for f in self.failures if _is_selected(f["index"], origin, selected)]
+        shape = tuple(self.shape[self.dims.index(d)] for d in keep)
+        failures = [_renumbered(f, origin, keep, shape) for f in self.failures
+                    if _is_selected(f.get("sweep_index", f["index"]), origin, selected)]
         return SweepResult(
             axes=axes, mode=self.mode, dims=tuple(keep),
-            shape=tuple(self.shape[self.dims.index(d)] for d in keep), outputs=outputs, ok=ok,
+            shape=shape, outputs=outputs, ok=ok,
             failures=failures, reductions=reductions, reduced_dims=tuple(d for d in self.reduced_dims if d in keep),
             kept_dims=kept, info=self.info, origin=origin, selected=selected,
         )
@@ -167,6 +171,16 @@ def _is_selected(flat_index, origin, selected) -> bool:
     dims, shape = origin
     position = np.unravel_index(flat_index, shape)
     return all(position[dims.index(d)] == i for d, i in selected.items())
+
+
+def _renumbered(failure, origin, dims, shape) -> dict:
+    """`failure` with "index" counted within a selection of dims `dims` (sizes `shape`) and
+    "sweep_index" the member's flat index in the whole sweep."""
+    sweep_index = failure.get("sweep_index", failure["index"])
+    position = np.unravel_index(sweep_index, origin[1])
+    local = np.ravel_multi_index([position[origin[0].index(d)] for d in dims], shape) if dims else 0
+    coords = {k: v for k, v in failure.items() if k not in ("index", "sweep_index")}
+    return {"index": int(local), "sweep_index": int(sweep_index), **coords}
 
 
 def _match(name, coords, value, method, positions) -> np.ndarray:

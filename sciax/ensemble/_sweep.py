@@ -31,7 +31,7 @@ from .._jit import async_filter_jit, equinox_errors
 from .._simulate import simulate
 from .._trajectory import Trajectory
 from .._validation import describe
-from ._axes import apply_axes, resolve_axes
+from ._axes import apply_axes, resolve_axes, warn_merged_coordinates
 from ._reductions import Streaming, resolve_reductions, tree_finalize, tree_merge, tree_partial
 from ._result import MEMBER, SweepResult
 
@@ -297,6 +297,8 @@ def _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output
         shape = (next(iter(lengths.values())),)
     else:
         shape = tuple(lengths.values())
+        for axis in resolved:
+            warn_merged_coordinates(axis)
     n_members = math.prod(shape)
     if n_members > MAX_MEMBERS:
         raise ValueError(f"sweep: {n_members} members (axis lengths {lengths}) "
@@ -311,6 +313,9 @@ def _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output
     reductions = resolve_reductions(reduce)
     reduce_axes = _reduce_axes(reduce_over, resolved, mode, reductions)
     keep = (not reductions) if keep is None else bool(keep)
+    if not keep and not reductions:
+        raise ValueError("sweep: keep=False without `reduce` would run every member and return nothing; "
+                         "pass reductions (e.g. reduce='mean') or keep the outputs.")
     _check_chunking(batch_size, memory_budget)
     order = _check_order(order, n_members)
     mesh = parallel.member_mesh(devices)
@@ -604,9 +609,25 @@ def _member_result(specs, payload, values, flat):
 
 
 def _member_output(result, check_finite, output):
-    out = output(result) if output is not None else result
+    out = _as_arrays(output(result) if output is not None else result, "`output`" if output else "`run`")
     ok = _member_ok(result) if check_finite else jnp.asarray(True)
     return out, ok
+
+
+def _as_arrays(tree, producer):
+    """A member's kept output with every leaf an array: Python and NumPy numbers become arrays
+    (as `jax.vmap` makes them); any other leaf is refused by its path."""
+    def leaf(path, x):
+        where = jtu.keystr(path) or "the top level"
+        if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+            raise TypeError(f"sweep: {producer} returned a PRNG key array at {where}; return "
+                            "jax.random.key_data(key) to keep its bits.")
+        if isinstance(x, jax.Array | np.ndarray | np.number | np.bool_ | bool | int | float | complex):
+            return jnp.asarray(x)
+        raise TypeError(f"sweep: {producer} returned {describe(x)} at {where}; a member's output must hold "
+                        "arrays or numbers only.")
+
+    return jtu.tree_map_with_path(leaf, tree)
 
 
 def _member(specs, check_finite, payload, values, flat):
@@ -615,7 +636,7 @@ def _member(specs, check_finite, payload, values, flat):
 
 
 def _nbytes(tree) -> int:
-    return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in jtu.tree_leaves(tree)
+    return sum(math.prod(x.shape) * x.dtype.itemsize for x in jtu.tree_leaves(tree)  # a key dtype has one too
                if hasattr(x, "shape"))
 
 
