@@ -4,6 +4,7 @@ Compilation dominates the cost of a fit, so the tests share a few fit configurat
 same observe function, transforms, solver and data shapes hit the same compiled solve).
 """
 
+import functools
 import warnings
 
 import equinox as eqx
@@ -484,6 +485,12 @@ def _band(fig):
     return t, fitted, np.array([a.min() for a in at]), np.array([a.max() for a in at])
 
 
+def exact_position(t, w, z):
+    """x(t) of the damped oscillator from x₀ = 1, v₀ = 0 (underdamped)."""
+    wd = w * np.sqrt(1 - z**2)
+    return np.exp(-z * w * t) * (np.cos(wd * t) + z * w / wd * np.sin(wd * t))
+
+
 def test_plot_fit_band_is_the_delta_method_band():
     """The 95% band around the fitted curve against an independent one: the delta method on the
     exact solution x(t; ω, ζ) = e^{-ζωt}(x₀ cos ω_d t + (v₀ + ζωx₀)/ω_d sin ω_d t), half-width
@@ -499,11 +506,7 @@ def test_plot_fit_band_is_the_delta_method_band():
     assert np.all(lower <= fitted + 1e-12) and np.all(fitted <= upper + 1e-12)  # the band holds the fit
 
     omega, zeta = float(result.params["omega"]), float(result.params["zeta"])
-
-    def x(w, z):
-        wd = w * np.sqrt(1 - z**2)
-        return np.exp(-z * w * t) * (np.cos(wd * t) + z * w / wd * np.sin(wd * t))  # x₀ = 1, v₀ = 0
-
+    x = functools.partial(exact_position, t)
     np.testing.assert_allclose(fitted, x(omega, zeta), atol=1e-6)  # RK4 at dt = 0.01
     h = 1e-6
     g = np.stack([(x(omega + h, zeta) - x(omega - h, zeta)) / (2 * h),
@@ -517,6 +520,31 @@ def test_plot_fit_band_is_the_delta_method_band():
                            n_samples=400, labels=["x"])
     _, _, lower4, upper4 = _band(wider)
     np.testing.assert_allclose(np.median((upper4 - lower4)[where] / (upper - lower)[where]), 2.0, rtol=0.02)
+
+
+def test_a_value_that_reaches_its_bound_is_reported_and_held_in_the_band():
+    """ζ = 0.1 lies outside Bounded(0.2, 1): BFGS drives the logit to +-infinity and said
+    "converged" with an empty message, and plot_fit drew ζ from N(z, Var(z)) with Var(z) ~ 1e29
+    in the unconstrained space, so half the band's draws sat at the other bound (a band 0.7 wide
+    instead of 0.01). Now the result names the value (as SciPy's active_mask), the message says
+    what its standard error means, and the band holds it at the bound with a warning."""
+    data = noisy(3)
+    result = fit_oscillator(data, transforms={"omega": Positive(), "zeta": Bounded(0.2, 1.0)}, solver="bfgs")
+    assert result.converged and result.at_bounds == ("zeta",)
+    assert float(result.params["zeta"]) == pytest.approx(0.2, abs=1e-6)
+    assert result.message.startswith("converged, but zeta reached a bound of its Bounded transform")
+    assert "(at a bound)" in result.summary().splitlines()[3] and "zeta" in result.summary().splitlines()[3]
+    with pytest.warns(UserWarning, match=r"plot_fit: zeta reached a bound .* the band holds it at its fitted value"):
+        fig = sciax.plot_fit(result, TIMES, data, n_samples=200)
+    t, fitted, lower, upper = _band(fig)
+    # The delta-method band of omega alone, zeta held at 0.2 (the bug's band was ~0.7 wide).
+    omega, h = float(result.params["omega"]), 1e-6
+    g = (exact_position(t, omega + h, 0.2) - exact_position(t, omega - h, 0.2)) / (2 * h)
+    half_width = 1.959964 * np.abs(g) * float(result.standard_errors["omega"])
+    where = half_width > 0.2 * half_width.max()
+    assert 0.85 < np.median(0.5 * (upper - lower)[where] / half_width[where]) < 1.15
+    inside = fit_oscillator(data, solver="bfgs")  # Bounded(0, 1): the optimum is inside
+    assert inside.at_bounds == () and inside.message == ""
 
 
 # ---------------------------------------------------------------------------------------------

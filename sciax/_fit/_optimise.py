@@ -272,6 +272,14 @@ def _labels(problem) -> tuple[str, ...]:
     return tuple(labels)
 
 
+def _at_bounds(problem, scale) -> tuple[str, ...]:
+    """Labels of the fitted values whose transform has reached a bound (dx/dz ≈ 0 there)."""
+    labels = _labels(problem)
+    pinned = np.concatenate([np.ravel(b.transform.at_bound(scale[b.start:b.start + b.size]))
+                             for b in problem._free_blocks()] or [np.zeros(0, bool)])
+    return tuple(label for label, p in zip(labels, pinned, strict=True) if p)
+
+
 def _saturation_threshold(dtype):
     """|dv/du| below which J = J_u / (dv/du) is not trusted: √(smallest normal number)."""
     return np.sqrt(np.finfo(dtype).tiny)
@@ -312,6 +320,7 @@ def package(problem, segment_states, out, mode, scale_covariance, compilation="o
         se0[np.asarray(problem.state_index)] = se_flat[sb.start:sb.start + sb.size]
         state0_se = layout.unflatten(se0)
 
+    at_bounds = _at_bounds(problem, scale)
     converged = bool(out["success"])
     message = optx.RESULTS[result]
     final_finite = bool(np.all(np.isfinite(r)))
@@ -333,6 +342,10 @@ def package(problem, segment_states, out, mode, scale_covariance, compilation="o
         message = (f"converged, but {r.shape[0]} residuals for {problem.n_unknowns} unknowns leave no degrees "
                    "of freedom to estimate the noise from the residuals, so the standard errors are NaN; "
                    "give the noise as `sigma` (the covariance is then not rescaled).")
+    elif converged and at_bounds:
+        message = (f"converged, but {', '.join(at_bounds)} reached a bound of its Bounded transform: the best "
+                   "fit lies on or beyond the bound, so the standard error there describes the model's slope "
+                   "at the bound, not a confidence interval. Widen the bounds if the value belongs inside.")
     return FitResult(
         params=params,
         standard_errors=errors,
@@ -351,6 +364,7 @@ def package(problem, segment_states, out, mode, scale_covariance, compilation="o
         n_steps=int(out["n_steps"]),
         converged=converged,
         message=message,
+        at_bounds=at_bounds,
         segment_times=problem.segment_times,
         segment_states=states_at_optimum,
         problem=problem,

@@ -86,9 +86,13 @@ def plot_fit(result: FitResult, times, observed, *, mask=None, n_samples: int = 
         warnings.warn("plot_fit: the fit's covariance is not finite (a rank-deficient fit: some fitted "
                       "values are not identifiable from the data), so no uncertainty band is drawn.",
                       stacklevel=2)
+    held = np.isin(np.asarray(result.labels), result.at_bounds)
+    if band and held.any():
+        warnings.warn(f"plot_fit: {', '.join(result.at_bounds)} reached a bound of its Bounded transform, where the "
+                      "Gaussian approximation does not hold; the band holds it at its fitted value.", stacklevel=2)
     if band:
-        scale = np.asarray(result.scale)[:q]
-        cov_u = cov / np.outer(scale, scale)
+        scale = np.where(held, 1.0, np.asarray(result.scale)[:q])
+        cov_u = np.where(held[:, None] | held[None, :], 0.0, cov) / np.outer(scale, scale)
         w, vecs = np.linalg.eigh(0.5 * (cov_u + cov_u.T))
         root = vecs * np.sqrt(np.clip(w, 0, None))
         z = np.random.default_rng(seed).standard_normal((n_samples, q))

@@ -50,7 +50,10 @@ class FitResult(eqx.Module):
       (segment states excluded).
     - `n_steps`: optimiser steps taken. `converged`: the solver reported success and every
       residual is finite. `message`: the solver's own message (Optimistix `RESULTS`), empty
-      on success.
+      on success, or what limits the result (non-identifiable values, values at a bound).
+    - `at_bounds`: labels of the fitted values that reached a bound of their `Bounded`
+      transform (within √eps of the interval's width): the best fit lies on or beyond it, and
+      their standard errors are not confidence intervals (as SciPy's `active_mask`).
     - `segment_times`, `segment_states`: start time and fitted start state of every shooting
       segment (one segment for single shooting).
 
@@ -77,6 +80,7 @@ class FitResult(eqx.Module):
     converged: bool = eqx.field(static=True)
     message: str = eqx.field(static=True)
     segment_times: tuple[float, ...] = eqx.field(static=True)
+    at_bounds: tuple[str, ...] = eqx.field(static=True, default=())
     segment_states: object = None
     # What `plot_fit` needs to re-run the model with sampled parameters.
     problem: eqx.Module | None = None
@@ -86,7 +90,7 @@ class FitResult(eqx.Module):
     def summary(self, min_correlation: float = 0.1) -> str:
         """The fit's status, the fitted values ± standard errors, and the correlations
         C(a, b) with |C| ≥ `min_correlation`, strongest first (all of them: `correlation`)."""
-        status = f"converged: {self.converged}" + ("" if self.converged else f" ({self.message})")
+        status = f"converged: {self.converged}" + (f" ({self.message})" if self.message else "")
         counts = (f"steps: {self.n_steps}   loss ½Σr²: {float(self.loss):.6g}   "
                   f"n = {self.n_observations}, p = {self.n_parameters}")
         lines = [status, counts]
@@ -94,7 +98,8 @@ class FitResult(eqx.Module):
         values = self._flat_values()
         errors = np.sqrt(np.diag(np.asarray(self.covariance)))
         for name, value, error in zip(self.labels, values, errors):
-            lines.append(f"  {name:<{width}}  {value: .6g} ± {error:.3g}")
+            lines.append(f"  {name:<{width}}  {value: .6g} ± {error:.3g}" + ("   (at a bound)" if name in self.at_bounds
+                                                                              else ""))
         q = len(self.labels)
         if q > 1:
             corr = np.asarray(self.correlation)

@@ -34,6 +34,10 @@ class AbstractTransform(eqx.Module):
     def check(self, name: str, x) -> None:
         """Raise `ValueError` if the (host) value `x` lies outside this transform's domain."""
 
+    def at_bound(self, dx_dz) -> np.ndarray:
+        """Where the value has reached a bound of its domain, from the slope dx/dz there (host)."""
+        return np.zeros(np.shape(dx_dz), bool)
+
     def describe(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -108,6 +112,13 @@ class Bounded(AbstractTransform):
                 f"fit: {self.describe()} on `{name}` needs an initial value strictly inside "
                 f"({self.lower:g}, {self.upper:g}), got {_show(x)}."
             )
+
+    def at_bound(self, dx_dz):
+        # dx/dz = (upper − lower) σ(1 − σ): below √eps of the width, x is within about
+        # √eps · (upper − lower) of a bound and z has run off towards ±∞ (the optimum lies on
+        # or beyond the bound).
+        dx_dz = np.asarray(dx_dz)
+        return np.abs(dx_dz) <= np.sqrt(np.finfo(dx_dz.dtype).eps) * (self.upper - self.lower)
 
     def describe(self) -> str:
         return f"Bounded({self.lower:g}, {self.upper:g})"
