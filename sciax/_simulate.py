@@ -206,8 +206,8 @@ def _validate(system, state0, integrator, dt, n_steps, save_every, key, observab
     check_precision(system, dtype, "simulate")
     check_precision(integrator, dtype, "simulate", what="the integrator")
     check_time_scalar("simulate", "dt", dt, dtype, positive=True)  # as given, and in the state's precision
-    n_steps = positive_int("n_steps", n_steps)
-    save_every = positive_int("save_every", save_every)
+    n_steps = positive_int("n_steps", n_steps, "simulate")
+    save_every = positive_int("save_every", save_every, "simulate")
     if n_steps % save_every:
         raise ValueError(
             f"`n_steps` ({n_steps}) must be a multiple of `save_every` ({save_every}); "

@@ -134,7 +134,7 @@ def solve(
     """
     dtype = _validate(system, y0, t0, t1, save_at, rtol, atol, dt0, observables, throw)
     check_precision(args, dtype, "solve", what="`args`")
-    max_steps = positive_int("max_steps", max_steps)
+    max_steps = positive_int("max_steps", max_steps, "solve")
     solver = _make_solver(solver, rtol)
     adjoint = _make_adjoint(adjoint, rtol)
     if rtol is None:  # before `jnp.asarray`, which gives tracers under `jax.jit`

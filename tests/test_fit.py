@@ -876,6 +876,14 @@ class TestBadInput:
         (dict(sigma=0.05 + 0.01j), TypeError, r"`sigma` .* must hold real numbers, got .* dtype complex128"),
         (dict(t0="zero"), TypeError, r"`t0` must be a real number, got str 'zero'"),
         (dict(rtol="tight"), TypeError, r"`rtol` must be a real number, got str 'tight'"),
+        # numeric strings were converted (the check refused only strings float() rejects)
+        (dict(t0="0"), TypeError, r"`t0` must be a real number, got str '0'"),
+        (dict(rtol="1e-3"), TypeError, r"`rtol` must be a real number, got str '1e-3'"),
+        # an infinite tolerance stopped at the first step and reported the start as converged
+        (dict(rtol=np.inf), ValueError, r"`rtol` and `atol` must be finite and non-negative, and not both zero, "
+                                        r"got rtol=inf, atol=1e-10"),
+        (dict(atol=np.inf), ValueError, r"must be finite and non-negative, and not both zero, got rtol=1e-10, atol=inf"),
+        (dict(rtol=0, atol=0.0), ValueError, r"must be finite and non-negative, and not both zero, got rtol=0.0"),
         (dict(scale_covariance="no"), TypeError, r"`scale_covariance` must be True, False or None"),
         (dict(throw=1), TypeError, r"`throw` must be True or False, got int 1"),
         (dict(compilation=None), TypeError, r"`compilation` must be 'optimised' or 'fast', got NoneType None"),
@@ -918,6 +926,28 @@ class TestBadInput:
     def test_bounded_needs_ordered_bounds(self):
         with pytest.raises(ValueError, match="lower < upper"):
             Bounded(1.0, 0.0)
+
+    def test_option_objects_name_themselves_and_the_argument(self):
+        """These raised "could not convert string to float: 'a'", or converted a numeric string,
+        or named neither the class nor fit."""
+        for make, match in ((lambda: Bounded("a", 1), r"Bounded: `lower` must be a real number, got str 'a'"),
+                            (lambda: MultipleShooting(2, "a"), r"MultipleShooting: `continuity_weight` must be a real"),
+                            (lambda: Simulate(RK4(), dt="0.01"), r"Simulate: `dt` must be a real number, got str"),
+                            (lambda: sciax.Solve(max_steps=0), r"Solve: `max_steps` must be a positive integer, got 0")):
+            with pytest.raises((TypeError, ValueError), match=match):
+                make()
+
+    def test_plot_fit_checks_its_data_and_draws(self):
+        """A wrong width or length of the data raised a bare IndexError, n_samples=2.5 a
+        TypeError about floats, and n_samples=-1 drew no band silently."""
+        result = fit_oscillator(CLEAN)
+        for times, observed in ((TIMES, np.stack([CLEAN, CLEAN], axis=1)), (TIMES[:-1], CLEAN[:-1])):
+            with pytest.raises(ValueError, match=r"plot_fit: `times` and `observed` must be the data that were "
+                                                 r"fitted: times of shape \(201,\) and observed leaves of shapes"):
+                sciax.plot_fit(result, times, observed)
+        for n in (2.5, -1, True):
+            with pytest.raises(ValueError, match=r"plot_fit: `n_samples` must be an int ≥ 0 \(0: no band\)"):
+                sciax.plot_fit(result, TIMES, CLEAN, n_samples=n)
 
     def test_too_many_segments(self):
         with pytest.raises(ValueError, match=r"MultipleShooting\(300\) needs at least one observation per segment"):

@@ -14,15 +14,16 @@ def to_device(x, dtype):
     return jax.device_put(np.asarray(x, dtype=dtype))
 
 
-def real_scalar(name, value) -> float:
-    """`value` as a Python float, or an error naming the argument (strings, complex numbers,
-    booleans and arrays with more than one entry are refused, not converted)."""
-    if isinstance(value, bool | np.bool_) or np.iscomplexobj(value) or np.ndim(value) != 0:
-        raise TypeError(f"fit: `{name}` must be a real number, got {describe(value)}.")
+def real_scalar(name, value, owner="fit") -> float:
+    """`value` as a Python float, or an error naming `owner` and the argument (strings, complex
+    numbers, booleans and arrays with more than one entry are refused, not converted)."""
+    if isinstance(value, bool | np.bool_ | str | bytes) or np.iscomplexobj(value) or np.ndim(value) != 0 \
+            or np.asarray(value).dtype.kind in "USO":
+        raise TypeError(f"{owner}: `{name}` must be a real number, got {describe(value)}.")
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise TypeError(f"fit: `{name}` must be a real number, got {describe(value)}.") from None
+        raise TypeError(f"{owner}: `{name}` must be a real number, got {describe(value)}.") from None
 
 
 def _is_real(dtype) -> bool:

@@ -1,6 +1,7 @@
 """The jitted solve: Optimistix on the residuals, then the Gauss–Newton covariance at the
 optimum, packaged as a `FitResult`."""
 
+import math
 import re
 import warnings
 
@@ -32,8 +33,10 @@ def choose_solver(solver, jacobian, rtol, atol, dtype, problem):
     default_tol = 1e-8 if jnp.finfo(dtype).bits >= 64 else 1e-5
     rtol = default_tol if rtol is None else real_scalar("rtol", rtol)
     atol = default_tol if atol is None else real_scalar("atol", atol)
-    if not (rtol >= 0 and atol >= 0):
-        raise ValueError(f"fit: `rtol` and `atol` must be non-negative, got rtol={rtol!r}, atol={atol!r}.")
+    if not (0 <= rtol < math.inf and 0 <= atol < math.inf) or rtol == atol == 0:
+        # inf stopped at the first step with the start reported as converged; 0 and 0 cannot be met
+        raise ValueError(f"fit: `rtol` and `atol` must be finite and non-negative, and not both zero, got "
+                         f"rtol={rtol!r}, atol={atol!r}.")
     if isinstance(solver, str):
         key = solver.lower().replace("-", "_").replace(" ", "_")
         key = {"lm": "levenberg_marquardt", "gn": "gauss_newton"}.get(key, key)

@@ -48,9 +48,17 @@ def plot_fit(result: FitResult, times, observed, *, mask=None, n_samples: int = 
         raise TypeError(f"plot_fit: `result` must be the FitResult of sciax.fit, got {describe(result)}.")
     if not (0 < level < 1):
         raise ValueError(f"plot_fit: `level` must lie in (0, 1), got {level!r}.")
+    if isinstance(n_samples, bool) or not isinstance(n_samples, int | np.integer) or n_samples < 0:
+        raise ValueError(f"plot_fit: `n_samples` must be an int ≥ 0 (0: no band), got {describe(n_samples)}.")
     problem = result.problem
     times = np.asarray(times, dtype=np.float64)
     raw_leaves = problem.obs_treedef.flatten_up_to(observed)
+    fitted_shapes = [np.shape(x) for x in problem.observed]
+    if [np.shape(x) for x in raw_leaves] != fitted_shapes or times.shape != fitted_shapes[0][:1]:
+        raise ValueError(
+            f"plot_fit: `times` and `observed` must be the data that were fitted: times of shape "
+            f"{fitted_shapes[0][:1]} and observed leaves of shapes {fitted_shapes}; got times of shape "
+            f"{times.shape} and {[np.shape(x) for x in raw_leaves]}.")
     obs_leaves = [np.asarray(np.ma.getdata(x), dtype=np.float64) for x in raw_leaves]
     if mask is None:
         mask_leaves = [np.ones(x.shape, bool) for x in obs_leaves]

@@ -14,9 +14,9 @@ import numpy as np
 from .._adjoint import AbstractAdjoint, DirectAdjoint, ReversibleAdjoint
 from .._simulate import simulate
 from .._solve import solve
-from .._validation import describe
+from .._validation import describe, positive_int
 from ..integrators._base import AbstractIntegrator
-from ._data import to_device
+from ._data import real_scalar, to_device
 
 
 class AbstractRollout(eqx.Module):
@@ -134,9 +134,7 @@ class Simulate(AbstractRollout):
             )
         if not isinstance(adjoint, AbstractAdjoint):
             raise TypeError(f"Simulate: `adjoint` must be a sciax adjoint such as DirectAdjoint(), got {adjoint!r}.")
-        if jnp.ndim(dt) != 0:
-            raise ValueError(f"Simulate: `dt` must be a positive scalar, got {describe(dt)}.")
-        dt = float(dt)
+        dt = real_scalar("dt", dt, owner="Simulate")
         if not (math.isfinite(dt) and dt > 0):
             raise ValueError(f"Simulate: `dt` must be positive and finite, got {dt!r}.")
         self.integrator = integrator
@@ -249,6 +247,7 @@ class Solve(AbstractRollout):
     adjoint: object = None
 
     def __check_init__(self):
+        positive_int("max_steps", self.max_steps, "Solve")
         if self.rtol is None and self.dt0 is None:
             raise ValueError("Solve: constant steps (rtol=None) need a step `dt0`.")
         for name in ("rtol", "atol", "dt0"):

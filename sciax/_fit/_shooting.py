@@ -9,7 +9,7 @@ import jax.tree_util as jtu
 import numpy as np
 
 from .._validation import describe
-from ._data import to_device
+from ._data import real_scalar, to_device
 
 
 class MultipleShooting(eqx.Module):
@@ -52,7 +52,7 @@ class MultipleShooting(eqx.Module):
     def __init__(self, n_segments: int, continuity_weight=10.0, segment_states=None):
         if isinstance(n_segments, bool) or not isinstance(n_segments, (int, np.integer)) or n_segments < 1:
             raise ValueError(f"MultipleShooting: `n_segments` must be a positive int, got {n_segments!r}.")
-        w = float(continuity_weight)
+        w = real_scalar("continuity_weight", continuity_weight, owner="MultipleShooting")
         if not (math.isfinite(w) and w > 0):
             raise ValueError(f"MultipleShooting: `continuity_weight` must be positive and finite, got {w!r}.")
         self.n_segments = int(n_segments)

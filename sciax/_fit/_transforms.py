@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._data import real_scalar
+
 
 class AbstractTransform(eqx.Module):
     """Elementwise bijection between an unconstrained value `z` and a physical value `x`."""
@@ -90,7 +92,7 @@ class Bounded(AbstractTransform):
     upper: float
 
     def __init__(self, lower, upper):
-        lower, upper = float(lower), float(upper)
+        lower, upper = real_scalar("lower", lower, owner="Bounded"), real_scalar("upper", upper, owner="Bounded")
         if not (math.isfinite(lower) and math.isfinite(upper) and lower < upper):
             raise ValueError(
                 f"Bounded(lower, upper) needs finite bounds with lower < upper, got lower={lower!r}, "
