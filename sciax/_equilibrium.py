@@ -138,10 +138,15 @@ def equilibrium(
     settled = jnp.isfinite(solution.state.diffsize) & (solution.state.diffsize < 1)
     converged = (start.result == optx.RESULTS.successful) & (
         (solution.result == optx.RESULTS.successful) | settled)
-    q = jnp.where(held, positions0, solution.value)
+    # Where Newton failed (a singular Hessian makes its steps NaN) the BFGS minimum is returned,
+    # with converged=False, so that throw=False leaves something to inspect.
+    newton_finite = jnp.all(jnp.isfinite(solution.value))
+    q = jnp.where(held, positions0, jnp.where(newton_finite, solution.value, start.value))
     if throw:
         q = eqx.error_if(q, ~converged, "equilibrium: Newton's method on ∇E = 0 did not converge from the "
-                                        "BFGS minimum; pass throw=False to inspect the result.")
+                                        "BFGS minimum (a singular Hessian does this: a chain or network with "
+                                        "nothing `fixed` can translate and rotate); pass throw=False to inspect "
+                                        "the result.")
     return Equilibrium(
         positions=q,
         energy=system.potential_energy(q) - jnp.sum(force * q),

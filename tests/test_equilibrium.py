@@ -31,6 +31,20 @@ def test_loaded_chain_positions_closed_form():
     assert bool(eq.converged)
 
 
+def test_a_chain_with_nothing_fixed_says_why_and_keeps_the_bfgs_minimum():
+    """Nothing fixed and no load: the chain can translate, the Hessian is singular and Newton's
+    steps are NaN. The error did not say so, and throw=False returned all-NaN positions although
+    BFGS had found a minimum (every spring at its rest length)."""
+    chain = MassSpringChain(masses=jnp.ones(5), stiffness=K, rest_length=L0)
+    q0 = jnp.arange(5.0)[:, None] * L0 + 0.1 * jnp.sin(jnp.arange(5.0))[:, None]
+    with pytest.raises(Exception, match=r"did not converge from the BFGS minimum \(a singular Hessian does this: a "  # noqa: B017
+                                        r"chain or network with nothing `fixed` can translate and rotate\)"):
+        jax.block_until_ready(sciax.equilibrium(chain, q0).positions)
+    eq = sciax.equilibrium(chain, q0, throw=False)
+    assert not bool(eq.converged) and np.isfinite(eq.positions).all()
+    np.testing.assert_allclose(np.diff(eq.positions[:, 0]), L0, rtol=1e-6)
+
+
 @pytest.mark.parametrize(("k", "force"), [(1e3, 100.0), (1e5, 100.0), (1e6, 0.7), (1e6, 100.0), (1e8, 100.0)])
 def test_stiff_chain_converges_at_round_off(k, force):
     # Round-off in ∇E is ~k |q| ε (1e-12 for k = 1e3), above any fixed absolute bound near 1e-13,

@@ -18,6 +18,7 @@ from .._validation import describe
 from ._data import real_scalar
 from ._problem import forward_residual_function, residual_function
 from ._result import FitResult
+from ._rollout import Solve
 from ._unknowns import entry_labels
 
 _JACOBIAN = {"auto": "auto", "forward": "fwd", "fwd": "fwd", "reverse": "bwd", "bwd": "bwd"}
@@ -332,8 +333,12 @@ def package(problem, segment_states, out, mode, scale_covariance, compilation="o
     if not (converged and final_finite) and not bool(
             _initial_residuals_finite(problem, segment_states, compilation=compilation)):
         converged = False
-        message = ("the residuals are not finite (NaN/Inf) at the initial guess: the model blew up; "
-                   "start closer, shorten the step, or use transforms. " + message).strip()
+        cause = ("the model blew up, or Diffrax's solve failed there (a `Solve` returns non-finite states when "
+                 "it reaches `max_steps` or its steps fall below the resolution of the times' dtype; "
+                 "sciax.solve(..., throw=True) at the initial guess says which)"
+                 if isinstance(problem.rollout, Solve) else "the model blew up")
+        message = (f"the residuals are not finite (NaN/Inf) at the initial guess: {cause}; start closer, shorten "
+                   "the step, or use transforms. The optimiser's message: " + message).strip()
     elif not final_finite:
         converged = False
         message = ("the residuals at the returned point are not finite (NaN/Inf). " + message).strip()
