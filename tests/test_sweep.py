@@ -65,6 +65,11 @@ def test_grid_coordinates_that_round_onto_each_other_in_the_run_precision_are_wa
     np.testing.assert_array_equal(res.outputs[0], res.outputs[1])  # what it is about
     with pytest.warns(RuntimeWarning, match=r"axis 'state0\[0\]': in float32, .* 2 distinct values round onto"):
         sciax.sweep(lorenz32, y32, axes={"state0[0]": 1.0 + np.array([0.0, 1e-9, 2e-9])}, run=identity)
+    # Once with order="cost" too (its pilot sweep warned a second time, from inside sciax).
+    with pytest.warns(RuntimeWarning, match="rounds onto another") as w:
+        sciax.sweep(sciax.astype(VanDerPol(), jnp.float32), jnp.array([2.0, 0.0], jnp.float32),
+                    axes={"mu": np.array([1.0, 1.0 + 1e-9, 2.0])}, solve_kwargs=dict(t0=0.0, t1=0.1), order="cost")
+    assert len(w) == 1 and w[0].filename == __file__
     # No warning (filterwarnings = error):
     sciax.sweep(lorenz32, y32, axes={"rho": np.array([28.0, 28.0000005]), "sigma": np.array([1.0, 2.0])},
                 mode="zip", run=identity)
@@ -854,11 +859,14 @@ class TestBadInput:
                           run=lambda s, y, k: s.rho * jnp.ones(()))
         np.testing.assert_array_equal(res.outputs, [24, 25])
 
-    def test_keep_false_without_reductions_is_refused(self):
-        """It ran every member and returned neither outputs nor reductions."""
-        with pytest.raises(ValueError, match=r"keep=False without `reduce` would run every member and return "
-                                             r"nothing; pass reductions"):
-            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, simulate_kwargs=KW, keep=False)
+    def test_keep_false_without_reductions_or_checks_is_refused(self):
+        """With check_finite=False it ran every member and returned nothing; with the check it
+        reports which members failed without copying their outputs to the host."""
+        with pytest.raises(ValueError, match=r"keep=False without `reduce` and with check_finite=False would run "
+                                             r"every member and return nothing"):
+            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, simulate_kwargs=KW, keep=False, check_finite=False)
+        res = sciax.sweep(Lorenz(), Y0, axes={"state0[0]": jnp.array([1.0, jnp.nan])}, simulate_kwargs=KW, keep=False)
+        assert res.outputs is None and list(res.ok) == [True, False] and [f["index"] for f in res.failures] == [1]
 
     def test_output_leaves_that_are_not_arrays(self):
         """Python and NumPy numbers in a member's output crashed the sweep with "'int' object has
@@ -871,6 +879,8 @@ class TestBadInput:
         with pytest.raises(TypeError, match=r"`output` returned str 'a' at \['name'\]; a member's output must "
                                             r"hold arrays or numbers only"):
             sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, simulate_kwargs=KW, output=lambda t: {"name": "a"})
+        with pytest.raises(TypeError, match=r"`output` returned array of shape \(1,\) and dtype <U1 at the top level"):
+            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, simulate_kwargs=KW, output=lambda t: np.array(["a"]))
         with pytest.raises(TypeError, match=r"`run` returned a PRNG key array at \[0\]; return "
                                             r"jax.random.key_data\(key\)"):
             sciax.sweep(Lorenz(), Y0, axes={"seed": np.arange(2)}, run=lambda s, y, k: (k, y))

@@ -1,6 +1,8 @@
 """Host-side checks of the data handed to `fit`: times, observations, mask and sigma. Every
 failure names what was wrong and what was expected."""
 
+import numbers
+
 import jax
 import jax.tree_util as jtu
 import numpy as np
@@ -17,8 +19,11 @@ def to_device(x, dtype):
 def real_scalar(name, value, owner="fit") -> float:
     """`value` as a Python float, or an error naming `owner` and the argument (strings, complex
     numbers, booleans and arrays with more than one entry are refused, not converted)."""
-    if isinstance(value, bool | np.bool_ | str | bytes) or np.iscomplexobj(value) or np.ndim(value) != 0 \
-            or np.asarray(value).dtype.kind in "USO":
+    if isinstance(value, bool | np.bool_):
+        raise TypeError(f"{owner}: `{name}` must be a real number, got {describe(value)}.")
+    if isinstance(value, numbers.Real):  # int, float, NumPy scalars, Fraction, Decimal
+        return float(value)
+    if np.iscomplexobj(value) or np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "iuf":
         raise TypeError(f"{owner}: `{name}` must be a real number, got {describe(value)}.")
     try:
         return float(value)

@@ -276,12 +276,13 @@ def _labels(problem) -> tuple[str, ...]:
     return tuple(labels)
 
 
-def _at_bounds(problem, scale) -> tuple[str, ...]:
-    """Labels of the fitted values whose transform has reached a bound (dx/dz ≈ 0 there)."""
+def _at_bounds(problem, v, standard_errors) -> tuple[str, ...]:
+    """Labels of the fitted values within one standard error of a bound of their transform."""
     labels = _labels(problem)
-    pinned = np.concatenate([np.ravel(b.transform.at_bound(scale[b.start:b.start + b.size]))
-                             for b in problem._free_blocks()] or [np.zeros(0, bool)])
-    return tuple(label for label, p in zip(labels, pinned, strict=True) if p)
+    near = np.concatenate([np.ravel(b.transform.at_bound(v[b.start:b.start + b.size],
+                                                         standard_errors[b.start:b.start + b.size]))
+                           for b in problem._free_blocks()] or [np.zeros(0, bool)])
+    return tuple(label for label, p in zip(labels, near, strict=True) if p)
 
 
 def _saturation_threshold(dtype):
@@ -324,7 +325,7 @@ def package(problem, segment_states, out, mode, scale_covariance, compilation="o
         se0[np.asarray(problem.state_index)] = se_flat[sb.start:sb.start + sb.size]
         state0_se = layout.unflatten(se0)
 
-    at_bounds = _at_bounds(problem, scale)
+    at_bounds = _at_bounds(problem, v, se_flat)
     converged = bool(out["success"])
     message = optx.RESULTS[result]
     final_finite = bool(np.all(np.isfinite(r)))
@@ -351,9 +352,10 @@ def package(problem, segment_states, out, mode, scale_covariance, compilation="o
                    "of freedom to estimate the noise from the residuals, so the standard errors are NaN; "
                    "give the noise as `sigma` (the covariance is then not rescaled).")
     elif converged and at_bounds:
-        message = (f"converged, but {', '.join(at_bounds)} reached a bound of its Bounded transform: the best "
-                   "fit lies on or beyond the bound, so the standard error there describes the model's slope "
-                   "at the bound, not a confidence interval. Widen the bounds if the value belongs inside.")
+        message = (f"converged, but {', '.join(at_bounds)} lies within one standard error of a bound of its "
+                   "Bounded transform: the best fit may lie on or beyond the bound, and the Gaussian "
+                   "approximation (standard error, plot band) does not hold there. Widen the bounds if the "
+                   "value belongs inside.")
     return FitResult(
         params=params,
         standard_errors=errors,

@@ -96,8 +96,9 @@ def plot_fit(result: FitResult, times, observed, *, mask=None, n_samples: int = 
                       stacklevel=2)
     held = np.isin(np.asarray(result.labels), result.at_bounds)
     if band and held.any():
-        warnings.warn(f"plot_fit: {', '.join(result.at_bounds)} reached a bound of its Bounded transform, where the "
-                      "Gaussian approximation does not hold; the band holds it at its fitted value.", stacklevel=2)
+        warnings.warn(f"plot_fit: {', '.join(result.at_bounds)} lies within one standard error of a bound of its "
+                      "Bounded transform, where the Gaussian approximation does not hold; the band holds it at its "
+                      "fitted value.", stacklevel=2)
     if band:
         scale = np.where(held, 1.0, np.asarray(result.scale)[:q])
         cov_u = np.where(held[:, None] | held[None, :], 0.0, cov) / np.outer(scale, scale)

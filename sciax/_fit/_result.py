@@ -51,9 +51,10 @@ class FitResult(eqx.Module):
     - `n_steps`: optimiser steps taken. `converged`: the solver reported success and every
       residual is finite. `message`: the solver's own message (Optimistix `RESULTS`), empty
       on success, or what limits the result (non-identifiable values, values at a bound).
-    - `at_bounds`: labels of the fitted values that reached a bound of their `Bounded`
-      transform (within √eps of the interval's width): the best fit lies on or beyond it, and
-      their standard errors are not confidence intervals (as SciPy's `active_mask`).
+    - `at_bounds`: labels of the fitted values within one standard error of a bound of their
+      `Bounded` transform: the best fit may lie on or beyond it (an optimum outside the bounds
+      ends on them), and their standard errors are not confidence intervals there (compare
+      SciPy's `active_mask`).
     - `segment_times`, `segment_states`: start time and fitted start state of every shooting
       segment (one segment for single shooting).
 
@@ -98,8 +99,8 @@ class FitResult(eqx.Module):
         values = self._flat_values()
         errors = np.sqrt(np.diag(np.asarray(self.covariance)))
         for name, value, error in zip(self.labels, values, errors):
-            lines.append(f"  {name:<{width}}  {value: .6g} ± {error:.3g}" + ("   (at a bound)" if name in self.at_bounds
-                                                                              else ""))
+            near = "   (near a bound)" if name in self.at_bounds else ""
+            lines.append(f"  {name:<{width}}  {value: .6g} ± {error:.3g}{near}")
         q = len(self.labels)
         if q > 1:
             corr = np.asarray(self.correlation)

@@ -36,9 +36,10 @@ class AbstractTransform(eqx.Module):
     def check(self, name: str, x) -> None:
         """Raise `ValueError` if the (host) value `x` lies outside this transform's domain."""
 
-    def at_bound(self, dx_dz) -> np.ndarray:
-        """Where the value has reached a bound of its domain, from the slope dx/dz there (host)."""
-        return np.zeros(np.shape(dx_dz), bool)
+    def at_bound(self, x, standard_error) -> np.ndarray:
+        """Where the fitted value `x` lies within one standard error of a bound of the domain
+        (host arrays), so that the Gaussian approximation does not hold there."""
+        return np.zeros(np.shape(x), bool)
 
     def describe(self) -> str:
         return f"{type(self).__name__}()"
@@ -115,12 +116,10 @@ class Bounded(AbstractTransform):
                 f"({self.lower:g}, {self.upper:g}), got {_show(x)}."
             )
 
-    def at_bound(self, dx_dz):
-        # dx/dz = (upper − lower) σ(1 − σ): below √eps of the width, x is within about
-        # √eps · (upper − lower) of a bound and z has run off towards ±∞ (the optimum lies on
-        # or beyond the bound).
-        dx_dz = np.asarray(dx_dz)
-        return np.abs(dx_dz) <= np.sqrt(np.finfo(dx_dz.dtype).eps) * (self.upper - self.lower)
+    def at_bound(self, x, standard_error):
+        # An optimum on or beyond a bound drives z towards ±∞ and x onto the bound; an interior
+        # optimum closer to a bound than its standard error is flagged too (the band would cross it).
+        return np.minimum(np.asarray(x) - self.lower, self.upper - np.asarray(x)) <= np.asarray(standard_error)
 
     def describe(self) -> str:
         return f"Bounded({self.lower:g}, {self.upper:g})"

@@ -14,6 +14,7 @@ import inspect
 import math
 import os
 import re
+import warnings
 from collections.abc import Callable
 
 import equinox as eqx
@@ -183,10 +184,12 @@ def sweep(
       result name -> reduction (`Mean()`, `Variance(ddof=1)`, `Quantile([0.05, 0.95])`,
       `Streaming(...)`, `Apply(fn)`; see `sciax.ensemble`). A boolean output counts as 0 and 1:
       its mean is the fraction of members that set it, its sum their number (min and max come
-      back as integers 0 or 1, quantiles as floats).
+      back as booleans, quantiles as floats).
     - `reduce_over`: the axis names (grid mode) reduced over; default all. The other axes are
       kept: `reduce="mean", reduce_over=("seed",)` gives the mean over seeds for every rho.
     - `keep`: keep every member's output on the host (default: True unless `reduce` is given).
+      `keep=False` without `reduce` still reports `ok` and `failures` (refused with
+      `check_finite=False`, which would return nothing).
     - `key`: base `jax.random` key; without a `"seed"` axis member `i` gets `fold_in(key, i)`.
     - `batch_size`: members per chunk, rounded up to a multiple of 32 x the device count (see
       `LANES`: on CPU a member's bits then do not depend on the chunking or the number of
@@ -313,9 +316,9 @@ def _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output
     reductions = resolve_reductions(reduce)
     reduce_axes = _reduce_axes(reduce_over, resolved, mode, reductions)
     keep = (not reductions) if keep is None else bool(keep)
-    if not keep and not reductions:
-        raise ValueError("sweep: keep=False without `reduce` would run every member and return nothing; "
-                         "pass reductions (e.g. reduce='mean') or keep the outputs.")
+    if not keep and not reductions and not check_finite:
+        raise ValueError("sweep: keep=False without `reduce` and with check_finite=False would run every member "
+                         "and return nothing; pass reductions (e.g. reduce='mean') or keep the outputs.")
     _check_chunking(batch_size, memory_budget)
     order = _check_order(order, n_members)
     mesh = parallel.member_mesh(devices)
@@ -546,8 +549,10 @@ def _cost_order(order, system, state0, axes, mode, solve_kwargs, key, batch_size
     t0, t1 = solve_kwargs["t0"], solve_kwargs["t1"]
     pilot_kwargs = dict(solve_kwargs, max_steps=PILOT_STEPS, save_at=np.linspace(float(t0), float(t1), PILOT_FRAMES))
     pilot_kwargs.pop("observables", None)
-    costs = sweep(system, state0, axes=axes, mode=mode, solve_kwargs=pilot_kwargs, output=_pilot_cost, key=key,
-                  memory_budget=memory_budget, devices=devices, check_finite=False).outputs
+    with warnings.catch_warnings():  # the sweep itself warns about its axes once
+        warnings.filterwarnings("ignore", r"sweep: axis .* rounds? onto another", RuntimeWarning)
+        costs = sweep(system, state0, axes=axes, mode=mode, solve_kwargs=pilot_kwargs, output=_pilot_cost, key=key,
+                      memory_budget=memory_budget, devices=devices, check_finite=False).outputs
     costs = np.asarray(costs).reshape(-1)
     ranked = np.argsort(-costs, kind="stable")
     n_proc = jax.process_count()
@@ -622,7 +627,8 @@ def _as_arrays(tree, producer):
         if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
             raise TypeError(f"sweep: {producer} returned a PRNG key array at {where}; return "
                             "jax.random.key_data(key) to keep its bits.")
-        if isinstance(x, jax.Array | np.ndarray | np.number | np.bool_ | bool | int | float | complex):
+        if isinstance(x, jax.Array | bool | int | float | complex) or (
+                isinstance(x, np.ndarray | np.number | np.bool_) and x.dtype.kind in "biufc"):
             return jnp.asarray(x)
         raise TypeError(f"sweep: {producer} returned {describe(x)} at {where}; a member's output must hold "
                         "arrays or numbers only.")
