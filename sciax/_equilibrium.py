@@ -13,8 +13,8 @@ from ._solvers import BFGS
 from ._validation import (
     check_finite_state,
     check_precision,
+    check_tolerances,
     describe,
-    positive_finite_scalar,
     positive_int,
     state_dtype,
 )
@@ -82,7 +82,7 @@ def equilibrium(
         raise TypeError(f"equilibrium: `system` must be an AbstractHamiltonian particle system, "
                         f"got {type(system).__name__}.")
     max_steps = positive_int("max_steps", max_steps, "equilibrium")
-    _check_tolerances(rtol, atol)
+    check_tolerances("equilibrium", rtol, atol)
     if not isinstance(throw, bool | np.bool_):
         raise TypeError(f"equilibrium: `throw` must be True or False, got {describe(throw)}.")
     throw = bool(throw)
@@ -154,13 +154,3 @@ def equilibrium(
         converged=converged,
     )
 
-
-def _check_tolerances(rtol, atol) -> None:
-    """`rtol`, `atol`: `None` (the default) or real scalars; when known on the host (not traced
-    inside `jit`/`grad`), finite, ≥ 0 and not both 0. (`rtol=0` asks for an absolute tolerance
-    only; with both 0 the step test |Δq| < rtol·|q| + atol can never pass.)"""
-    values = [positive_finite_scalar(name, value, "equilibrium", allow_zero=True)
-              for name, value in (("rtol", rtol), ("atol", atol)) if value is not None]
-    if len(values) == 2 and values == [0.0, 0.0]:
-        raise ValueError("equilibrium: `rtol` and `atol` are both 0, a tolerance no step can meet; "
-                         "make at least one of them positive.")

@@ -62,6 +62,18 @@ def positive_finite_scalar(name: str, value, where: str = "solve", *, allow_zero
     return v
 
 
+def check_tolerances(where: str, rtol, atol) -> None:
+    """`rtol`, `atol`: `None` (a default) or real scalars; when known on the host (not traced
+    inside `jit`/`grad`), finite, ≥ 0 and not both 0. (`rtol=0` asks for an absolute tolerance
+    only; with both 0 the step test |Δx| < rtol·|x| + atol can never pass, and an infinite one
+    passes at once.)"""
+    values = [positive_finite_scalar(name, value, where, allow_zero=True)
+              for name, value in (("rtol", rtol), ("atol", atol)) if value is not None]
+    if len(values) == 2 and values == [0.0, 0.0]:
+        raise ValueError(f"{where}: `rtol` and `atol` are both 0, a tolerance no step can meet; "
+                         "make at least one of them positive.")
+
+
 def check_time_scalar(where: str, name: str, value, dtype, *, positive: bool = False) -> None:
     """Check a time or step size that will be cast to the state's `dtype`: a scalar and, when its
     value is known on the host, finite (and > 0 if `positive`) after the cast, which in float32

@@ -1,7 +1,6 @@
 """The jitted solve: Optimistix on the residuals, then the Gauss–Newton covariance at the
 optimum, packaged as a `FitResult`."""
 
-import math
 import re
 import warnings
 
@@ -14,7 +13,7 @@ import optimistix as optx
 
 from .._program_cache import ProgramCache
 from .._solvers import BY_NAME as _SOLVERS
-from .._validation import describe
+from .._validation import check_tolerances, describe
 from ._data import real_scalar
 from ._problem import forward_residual_function, residual_function
 from ._result import FitResult
@@ -34,10 +33,7 @@ def choose_solver(solver, jacobian, rtol, atol, dtype, problem):
     default_tol = 1e-8 if jnp.finfo(dtype).bits >= 64 else 1e-5
     rtol = default_tol if rtol is None else real_scalar("rtol", rtol)
     atol = default_tol if atol is None else real_scalar("atol", atol)
-    if not (0 <= rtol < math.inf and 0 <= atol < math.inf) or rtol == atol == 0:
-        # inf stopped at the first step with the start reported as converged; 0 and 0 cannot be met
-        raise ValueError(f"fit: `rtol` and `atol` must be finite and non-negative, and not both zero, got "
-                         f"rtol={rtol!r}, atol={atol!r}.")
+    check_tolerances("fit", rtol, atol)  # an infinite one returned the start as converged
     if isinstance(solver, str):
         key = solver.lower().replace("-", "_").replace(" ", "_")
         key = {"lm": "levenberg_marquardt", "gn": "gauss_newton"}.get(key, key)
