@@ -183,7 +183,8 @@ def test_fast_compilation_gives_the_same_fit(monkeypatch, solver):
     from sciax._fit import _optimise
 
     data = noisy(11)
-    default = fit_oscillator(data, solver=solver)
+    default = fit_oscillator(data, solver=solver, compilation="optimised")
+    assert default.compilation == "optimised"
     calls = []
     for jitted in (_optimise.solve, _optimise.physical_linearisation):
         _spy_on_fast(monkeypatch, jitted, calls)
@@ -193,7 +194,7 @@ def test_fast_compilation_gives_the_same_fit(monkeypatch, solver):
     expected = [_optimise.solve] + ([_optimise.physical_linearisation] if solver == "bfgs" else [])
     assert [jitted for jitted, *_ in calls] == expected
     assert _programs_differ(calls[0])  # the options reached XLA
-    assert quick.converged
+    assert quick.converged and quick.compilation == "fast"
     # Different round-off takes the solvers along different paths (LM: 14/15, 20/28, 12/23, 12/12
     # steps for four data sets), so they stop at different points within the tolerance (1e-10):
     # the optimum differs by up to 2.2e-10 for LM and 1.8e-9 for BFGS (which only sees the scalar
@@ -223,6 +224,91 @@ def test_fast_compilation_of_a_failing_fit_and_off_cpu(monkeypatch):
     monkeypatch.setattr(_optimise, "_platform", lambda problem: "gpu")
     fit_oscillator(CLEAN, compilation="fast")
     assert calls == []
+
+
+class _Stop(Exception):
+    """Raised by a stand-in for the solve: carries what `fit` chose, compiles nothing."""
+
+
+def _chosen(fit_call):
+    """(compilation, problem, segment states, solver, mode) that `fit_call()` hands the solve."""
+    from sciax._fit import _fit
+
+    def stand_in(problem, segment_states, solver, options, max_steps, mode, compilation):
+        raise _Stop(compilation, problem, segment_states, solver, mode)
+
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(_Stop) as stop:
+        patch.setattr(_fit, "solve", stand_in)
+        fit_call()
+    return stop.value.args
+
+
+def test_auto_compilation_compiles_small_models_fast_and_reproducibly():
+    """The default, compilation="auto", compiles the oscillator fast: the same bits as asking for
+    "fast" (so the same every time), and FitResult.compilation says so."""
+    data = noisy(5)
+    auto = fit_oscillator(data)
+    fast = fit_oscillator(data, compilation="fast")
+    optimised = fit_oscillator(data, compilation="optimised")
+    assert (auto.compilation, fast.compilation, optimised.compilation) == ("fast", "fast", "optimised")
+    for name in ("omega", "zeta"):
+        assert auto.params[name].tobytes() == fast.params[name].tobytes()
+        np.testing.assert_allclose(auto.params[name], optimised.params[name], rtol=1e-9)
+    assert auto.covariance.tobytes() == fast.covariance.tobytes()
+
+
+def test_auto_compilation_rule(monkeypatch):
+    """"auto" is "fast" exactly when the residuals' operation count times the passes of one step
+    is within AUTO_FAST_MAX_OPERATIONS; an adaptive Solve (a loop of unknown length) and a large
+    particle system are optimised; off a CPU it is always optimised; the count is made once per
+    problem structure."""
+    import equinox as eqx
+
+    from sciax._cost import operation_count
+    from sciax._fit import _optimise
+
+    compilation, problem, states, solver, mode = _chosen(lambda: fit_oscillator(CLEAN))
+    assert compilation == "fast" and mode == "fwd"
+    operations = operation_count(eqx.filter_make_jaxpr(_optimise._residuals_at_start)(problem, states)[0])
+    work = operations * (1 + problem.n_unknowns)
+    assert 1e5 < work <= _optimise.AUTO_FAST_MAX_OPERATIONS  # 2,000 RK4 steps of a 2-state model, 3 passes
+    _optimise._AUTO_MEMO.clear()
+    monkeypatch.setattr(_optimise, "AUTO_FAST_MAX_OPERATIONS", work)
+    assert _optimise.resolve_compilation("auto", problem, states, solver, mode) == "fast"
+    _optimise._AUTO_MEMO.clear()
+    monkeypatch.setattr(_optimise, "AUTO_FAST_MAX_OPERATIONS", work - 1)
+    assert _optimise.resolve_compilation("auto", problem, states, solver, mode) == "optimised"
+    # Explicit choices are kept; off a CPU everything is optimised.
+    assert _optimise.resolve_compilation("fast", problem, states, solver, mode) == "fast"
+    monkeypatch.setattr(_optimise, "_platform", lambda problem: "gpu")
+    for choice in ("auto", "fast", "optimised"):
+        assert _optimise.resolve_compilation(choice, problem, states, solver, mode) == "optimised"
+    monkeypatch.undo()
+    _optimise._AUTO_MEMO.clear()
+
+    # Counted once per structure: new data of the same shapes reuse the choice.
+    counts = []
+    monkeypatch.setattr(_optimise, "operation_count", lambda j: counts.append(1) or operation_count(j))
+    for seed in (1, 2):
+        assert _chosen(lambda: fit_oscillator(noisy(seed)))[0] == "fast"
+    assert counts == [1]
+    monkeypatch.undo()
+
+    solve_rollout = sciax.Solve(rtol=1e-8, atol=1e-10)
+    assert _chosen(lambda: fit_oscillator(CLEAN, rollout=solve_rollout))[0] == "optimised"
+
+    # 32 masses, 1,000 velocity-Verlet steps, 31 stiffnesses: far above the limit.
+    n = 32
+    chain = MassSpringChain(masses=jnp.ones(n), stiffness=jnp.full(n - 1, 2.0))
+    start = PhaseSpace(jnp.arange(n, dtype=jnp.float64)[:, None], jnp.zeros((n, 1)).at[0, 0].set(0.1))
+    times = np.arange(1, 101) * 0.1
+    positions = np.zeros((100, n))
+
+    def fit_chain_of_32():
+        sciax.fit(chain, start, times, positions, params="stiffness", observe=chain_positions, t0=0.0,
+                  rollout=Simulate(VelocityVerlet(), dt=0.01))
+
+    assert _chosen(fit_chain_of_32)[0] == "optimised"
 
 
 def test_fast_compilation_drops_only_the_options_xla_does_not_know(monkeypatch):
@@ -906,8 +992,8 @@ class TestBadInput:
         (dict(rtol=0, atol=0.0), ValueError, r"^fit: `rtol` and `atol` are both 0, a tolerance no step can meet"),
         (dict(scale_covariance="no"), TypeError, r"`scale_covariance` must be True, False or None"),
         (dict(throw=1), TypeError, r"`throw` must be True or False, got int 1"),
-        (dict(compilation=None), TypeError, r"`compilation` must be 'optimised' or 'fast', got NoneType None"),
-        (dict(compilation="quick"), ValueError, r"`compilation` must be 'optimised' or 'fast', got 'quick'"),
+        (dict(compilation=None), TypeError, r"`compilation` must be 'auto', 'optimised' or 'fast', got NoneType None"),
+        (dict(compilation="quick"), ValueError, r"`compilation` must be 'auto', 'optimised' or 'fast', got 'quick'"),
     ])
     def test_arguments_that_are_not_real_numbers_or_booleans(self, kwargs, error, match):
         with pytest.raises(error, match=match):

@@ -12,7 +12,7 @@ from .._collector import with_fewer_collections
 from .._validation import check_precision, describe, state_dtype
 from ..systems._base import AbstractODE
 from ._data import check_mask_sigma, check_observed, check_times, to_device
-from ._optimise import COMPILATIONS, choose_solver, package, solve
+from ._optimise import COMPILATIONS, choose_solver, package, resolve_compilation, solve
 from ._problem import Problem, identity
 from ._result import FitError, FitResult
 from ._rollout import AbstractRollout
@@ -50,7 +50,7 @@ def fit(
     max_steps: int = 256,
     scale_covariance: bool | None = None,
     throw: bool = True,
-    compilation: str = "optimised",
+    compilation: str = "auto",
 ) -> FitResult:
     """Fit parameters of `system` (and optionally its initial state) to observations.
 
@@ -106,14 +106,20 @@ def fit(
       `sigma` is not given.
     - `throw`: raise `FitError` when the fit does not converge; with `False` the result comes
       back with `converged=False` and the solver's message.
-    - `compilation`: `"optimised"` (default: XLA's full optimisation) or `"fast"`: on a CPU,
-      compile quickly with less optimised code (XLA's legacy loop emitters, no LLVM
-      optimisation). For a small model fitted once it about halves the first fit (damped
-      oscillator, one core: 1.5 s -> 0.74 s, of which SciPy's whole fit is 0.43 s), but the
-      compiled fit can run several times slower on larger models (mass–spring lattice: 135 ms
-      -> 1.0 s per fit), so keep the default for fits that are repeated or heavy. Only where
-      the fit runs on a CPU; elsewhere the default. The same fitted values either way, within
-      the solver's tolerance (different round-off may take one more or fewer step).
+    - `compilation`: how XLA compiles the solve on a CPU. `"fast"`: quickly, to less optimised
+      code (XLA's legacy loop emitters, no LLVM optimisation); `"optimised"`: XLA's full
+      optimisation; `"auto"` (default): `"fast"` when one optimiser step is estimated at no more
+      than 2·10⁶ operations (the residuals' operation count, counted from their jaxpr, times
+      the passes a step makes: 1 + number of unknowns in forward mode), else `"optimised"`.
+      The choice depends only on the problem's structure, never on timings, so a fit gives the
+      same bits every time; `FitResult.compilation` says which was used. Measured (one core):
+      the damped oscillator's first fit takes about half as long fast (1.5 s -> 0.74 s, of
+      which SciPy's whole fit is 0.43 s) and each later fit 1.3-1.7x longer; larger models run
+      several times slower fast (mass–spring lattice: 135 ms -> 1.0 s per fit), which is why
+      `"auto"` keeps them optimised. Pass `"optimised"` for a small model fitted many times in
+      one process (bootstrap loops) when the run time, not the first call, matters. Off a CPU
+      always optimised. The fitted values agree within the solver's tolerance either way
+      (different round-off may take one more or fewer step).
 
     **Returns:** a `FitResult` (fitted `params`, `system`, `state0`, `covariance`, …).
 
@@ -154,14 +160,15 @@ def fit(
     if not isinstance(throw, bool | np.bool_):
         raise TypeError(f"fit: `throw` must be True or False, got {describe(throw)}.")
     if not isinstance(compilation, str):
-        raise TypeError(f"fit: `compilation` must be 'optimised' or 'fast', got {describe(compilation)}.")
+        raise TypeError(f"fit: `compilation` must be 'auto', 'optimised' or 'fast', got {describe(compilation)}.")
     compilation = {"optimized": "optimised"}.get(compilation, compilation)  # either spelling
     if compilation not in COMPILATIONS:
-        raise ValueError(f"fit: `compilation` must be 'optimised' or 'fast', got {compilation!r}.")
+        raise ValueError(f"fit: `compilation` must be 'auto', 'optimised' or 'fast', got {compilation!r}.")
     rollout.check_jacobian(mode)
     scale = (not sigma_given) if scale_covariance is None else bool(scale_covariance)
-    out = solve(eqx.tree_at(lambda p: p.rollout, problem, rollout.for_jacobian(mode)), segment_states, optimiser,
-                options, int(max_steps), mode, compilation=compilation)
+    solve_problem = eqx.tree_at(lambda p: p.rollout, problem, rollout.for_jacobian(mode))
+    compilation = resolve_compilation(compilation, solve_problem, segment_states, optimiser, mode)
+    out = solve(solve_problem, segment_states, optimiser, options, int(max_steps), mode, compilation=compilation)
     # The covariance's Jacobian (when the solver did not leave one) in its own mode: BFGS may take
     # its gradient backward while J, with fewer unknowns than residuals, is cheaper forward.
     problem = eqx.tree_at(lambda p: p.rollout, problem, rollout.for_jacobian(covariance_mode))

@@ -11,6 +11,8 @@ import jax.tree_util as jtu
 import numpy as np
 import optimistix as optx
 
+from .._cost import operation_count
+from .._jit import _Static
 from .._program_cache import ProgramCache
 from .._solvers import BY_NAME as _SOLVERS
 from .._validation import check_tolerances, describe
@@ -87,7 +89,17 @@ def _supported(problem, mode):
 # 1.24-1.31 s), per fit 12 -> 14 ms. On the examples' larger models the compiled fit runs slower
 # (mass–spring lattice 134 -> 983 ms per fit, Lorenz multiple shooting 26 -> 97 ms).
 FAST_CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}
-COMPILATIONS = ("optimised", "fast")
+COMPILATIONS = ("auto", "optimised", "fast")
+
+# `compilation="auto"` compiles quickly (`"fast"`) when one optimiser step is estimated at no
+# more than this many operations (`sciax._cost.operation_count` of the residuals, times the
+# passes a step makes). Measured, one core, float64, per operation of that estimate: the quick
+# compile runs 0.95-3.5 ns slower (Lorenz, damped oscillator, mass-spring lattice) and saves
+# 0.8-3.5 s of compiling (2.7x slower machine than the benchmark's). At 2e6 operations and the
+# default 256 steps, the slower code costs at most 2e6 x 256 x 3.5 ns = 1.8 s, under the saving.
+AUTO_FAST_MAX_OPERATIONS = 2e6
+_AUTO_MEMO: dict = {}
+_AUTO_MEMO_SIZE = 64
 _UNKNOWN_OPTION = re.compile(r"No such compile option: '([^']+)'")
 
 
@@ -150,13 +162,56 @@ def _platform(problem) -> str:
     return next(iter(problem.keep.devices())).platform
 
 
+def resolve_compilation(compilation: str, problem, segment_states, solver, mode) -> str:
+    """`"optimised"` or `"fast"`: `compilation` itself unless it is `"auto"`, which picks
+    `"fast"` on a CPU when one optimiser step is cheap (`AUTO_FAST_MAX_OPERATIONS`), so that a
+    small model's one-off fit is not dominated by XLA optimising code that runs for
+    milliseconds. The choice depends on the problem's structure alone (never on timings or on
+    how often it was called), so the same fit gives the same bits every time.
+
+    One step's work is the residuals' operation count times the passes it makes: 1 + (number of
+    unknowns) forward-mode tangents, or for reverse mode 1 + 2 x (number of residuals) passes for
+    a least-squares Jacobian and 3 for a minimiser's gradient. An unbounded loop in the model
+    (an adaptive `Solve`) counts as expensive."""
+    if _platform(problem) != "cpu":
+        return "optimised"  # the quick compile is a CPU option
+    if compilation != "auto":
+        return compilation
+    dynamic, static = eqx.partition((problem, segment_states), eqx.is_array)
+    key = (_Static(static), tuple((x.shape, x.dtype) for x in jtu.tree_leaves(dynamic)),
+           jtu.tree_structure(dynamic),           mode, isinstance(solver, optx.AbstractMinimiser))
+    try:
+        hash(key)
+    except TypeError:  # an unhashable static field: decide without the memo
+        key = None
+    if key is not None and key in _AUTO_MEMO:
+        return _AUTO_MEMO[key]
+    operations = operation_count(eqx.filter_make_jaxpr(_residuals_at_start)(problem, segment_states)[0])
+    if mode == "fwd":
+        passes = 1 + problem.n_unknowns
+    elif isinstance(solver, optx.AbstractMinimiser):
+        passes = 3
+    else:
+        passes = 1 + 2 * (problem.n_data + (problem.n_segments - 1) * problem.layout.size)
+    choice = "fast" if operations * passes <= AUTO_FAST_MAX_OPERATIONS else "optimised"
+    if key is not None:
+        if len(_AUTO_MEMO) >= _AUTO_MEMO_SIZE:
+            _AUTO_MEMO.pop(next(iter(_AUTO_MEMO)))
+        _AUTO_MEMO[key] = choice
+    return choice
+
+
+def _residuals_at_start(problem, segment_states):
+    return problem.residuals_unconstrained(initial_unconstrained(problem, segment_states))
+
+
 def initial_unconstrained(problem, segment_states):
     return problem.to_unconstrained(problem.initial_physical(segment_states)).astype(problem.optimiser_dtype)
 
 
 @_Jitted
 def _initial_residuals_finite(problem, segment_states):
-    return jnp.all(jnp.isfinite(problem.residuals_unconstrained(initial_unconstrained(problem, segment_states))))
+    return jnp.all(jnp.isfinite(_residuals_at_start(problem, segment_states)))
 
 
 def _solve(problem, segment_states, solver, options, max_steps, mode):
@@ -371,6 +426,7 @@ def package(problem, segment_states, out, mode, scale_covariance, compilation="o
         converged=converged,
         message=message,
         at_bounds=at_bounds,
+        compilation=compilation,
         segment_times=problem.segment_times,
         segment_states=states_at_optimum,
         problem=problem,

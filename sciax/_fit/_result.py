@@ -55,6 +55,9 @@ class FitResult(eqx.Module):
       `Bounded` transform: the best fit may lie on or beyond it (an optimum outside the bounds
       ends on them), and their standard errors are not confidence intervals there (compare
       SciPy's `active_mask`).
+    - `compilation`: how the solve was compiled, `"optimised"` or `"fast"` (what `fit`'s
+      `compilation="auto"` chose; always `"optimised"` off a CPU). The two can differ in the
+      last digits, within the solver's tolerance.
     - `segment_times`, `segment_states`: start time and fitted start state of every shooting
       segment (one segment for single shooting).
 
@@ -82,6 +85,7 @@ class FitResult(eqx.Module):
     message: str = eqx.field(static=True)
     segment_times: tuple[float, ...] = eqx.field(static=True)
     at_bounds: tuple[str, ...] = eqx.field(static=True, default=())
+    compilation: str = eqx.field(static=True, default="optimised")
     segment_states: object = None
     # What `plot_fit` needs to re-run the model with sampled parameters.
     problem: eqx.Module | None = None

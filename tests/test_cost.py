@@ -1,0 +1,55 @@
+"""`sciax._cost.operation_count`: the arithmetic of a jaxpr, counted before compiling."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from sciax._cost import operation_count
+
+
+def count(fn, *args):
+    return operation_count(jax.make_jaxpr(fn)(*args))
+
+
+def test_elementwise_operations_count_their_output_elements():
+    x = jnp.ones((3, 4))
+    assert count(lambda x: jnp.sin(x) * x + x, x) == 3 * 12  # sin, mul, add
+    assert count(lambda x: jnp.sum(x * x, axis=1), x) == 12 + 3  # mul (3, 4), reduce to (3,)
+
+
+def test_a_matrix_product_counts_each_output_once_per_contracted_term():
+    a, b = jnp.ones((4, 8)), jnp.ones((8, 3))
+    assert count(jnp.matmul, a, b) == 4 * 3 * 8
+    batched = jnp.ones((5, 4, 8))
+    assert count(lambda a, b: jnp.einsum("bij,jk->bik", a, b), batched, b) == 5 * 4 * 3 * 8
+
+
+def test_a_scan_body_counts_once_per_iteration():
+    def body(c, _):
+        return jnp.cos(c) * c, None  # 2 x 5 elements
+
+    x = jnp.ones(5)
+    assert count(lambda x: lax.scan(body, x, None, length=10)[0], x) == 10 * 2 * 5
+    nested = lambda x: lax.scan(lambda c, _: (lax.scan(body, c, None, length=3)[0], None), x, None, length=7)[0]  # noqa: E731
+    assert count(nested, x) == 7 * 3 * 2 * 5
+
+
+def test_a_cond_counts_its_dearest_branch_and_a_call_its_body():
+    x = jnp.ones(6)
+    cheap, dear = (lambda x: x + 1.0), (lambda x: jnp.exp(x) * jnp.sin(x) - x)  # 1 and 4 ops on (6,)
+
+    def branching(first, second):
+        return count(lambda x: lax.cond(x[0] > 0, first, second, x), x)
+
+    assert branching(cheap, dear) == branching(dear, cheap) == branching(dear, dear)
+    assert branching(dear, dear) - branching(cheap, cheap) == 4 * 6 - 6
+    assert count(lambda x: jax.jit(dear)(x) + x, x) == 4 * 6 + 6
+
+
+def test_a_loop_of_unknown_length_is_infinite():
+    x = jnp.ones(3)
+    assert count(lambda x: lax.while_loop(lambda c: c[0] < 10.0, lambda c: c * 2.0, x), x) == math.inf
+    # A fori_loop with static bounds is a scan: finite.
+    assert count(lambda x: lax.fori_loop(0, 4, lambda i, c: c * 2.0, x), x) < math.inf
