@@ -17,6 +17,17 @@ def is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def refuse_tracers(where: str, why: str, **arguments) -> None:
+    """Raise `TypeError` naming the first argument that holds a JAX tracer (a value being traced
+    by `jax.jit`, `jax.grad`, `jax.vmap`, ...): `where` runs on the host, for the reason `why`."""
+    for name, value in arguments.items():
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jtu.tree_leaves(value)):
+            raise TypeError(
+                f"{where}: `{name}` is being traced by a JAX transformation (jax.jit, jax.grad, jax.vmap, ...), "
+                f"but {where} runs on the host: {why} Call it outside the transformation."
+            )
+
+
 def describe(x) -> str:
     """Short description of a value for error messages: shape and dtype for arrays."""
     if hasattr(x, "shape") and hasattr(x, "dtype"):

@@ -999,6 +999,18 @@ class TestBadInput:
         with pytest.raises(error, match=match):
             fit_oscillator(CLEAN, **kwargs)
 
+    def test_called_inside_a_jax_transformation(self):
+        """`fit` runs on the host: inside jit/grad/vmap it raised JAX's TracerArrayConversionError
+        from deep inside the input checks; now the traced argument is named."""
+        message = r"^fit: `{}` is being traced by a JAX transformation .* runs on the host: .* outside the transformation"
+        with pytest.raises(TypeError, match=message.format("observed")):
+            jax.jit(lambda data: fit_oscillator(data).params["omega"])(jnp.asarray(CLEAN))
+        with pytest.raises(TypeError, match=message.format("system")):
+            jax.grad(lambda w: sciax.fit(DampedDrivenOscillator(omega=w, zeta=0.3), Y0, TIMES, CLEAN, params="zeta",
+                                         observe=position, rollout=ROLLOUT).loss)(1.5)
+        with pytest.raises(TypeError, match=message.format("sigma")):
+            jax.vmap(lambda s: fit_oscillator(CLEAN, sigma=s).loss)(jnp.array([0.1, 0.2]))
+
     def test_complex_times(self):
         with pytest.raises(ValueError, match=r"`times` must be a non-empty 1-D array .* dtype complex128"):
             sciax.fit(GUESS, Y0, TIMES + 0j, CLEAN, params="omega", observe=position, rollout=ROLLOUT)

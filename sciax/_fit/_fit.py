@@ -9,7 +9,7 @@ import numpy as np
 
 from .._callable_key import by_code
 from .._collector import with_fewer_collections
-from .._validation import check_precision, describe, state_dtype
+from .._validation import check_precision, describe, refuse_tracers, state_dtype
 from ..systems._base import AbstractODE
 from ._data import check_mask_sigma, check_observed, check_times, to_device
 from ._optimise import COMPILATIONS, choose_solver, package, resolve_compilation, solve
@@ -147,6 +147,10 @@ def fit(
     print(result.summary())
     ```
     """
+    refuse_tracers("fit", "it checks the data, then compiles and runs its own solve, and returns NumPy "
+                   "statistics. To fit many data sets, loop over them (the solve is compiled once per problem "
+                   "structure).", system=system, state0=state0, times=times, observed=observed, sigma=sigma,
+                   mask=mask, t0=t0, args=args)
     problem, segment_states, sigma_given, dtype = _build_problem(
         system, state0, times, observed, params, rollout, transforms, fit_initial_state, observe,
         sigma, mask, t0, args, shooting,
