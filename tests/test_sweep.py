@@ -778,6 +778,13 @@ def test_cost_buckets_are_small_on_cpu_and_fill_an_accelerator():
 
 # ------------------------------------------------------------------------------ bad input
 class TestBadInput:
+    def test_called_inside_a_jax_transformation(self):
+        """Under jax.jit it said "axis 'rho': values must be an array, got array of shape (5,)"."""
+        system = Lorenz()
+        with pytest.raises(TypeError, match=r"^sweep: `axes` is being traced by a JAX transformation .* sweep runs "
+                                            r"on the host: .* outside the transformation"):
+            jax.jit(lambda rho: sciax.sweep(system, Y0, axes={"rho": rho}, simulate_kwargs=KW).outputs)(RHO)
+
     def test_zip_axes_of_different_lengths(self):
         with pytest.raises(ValueError, match=r"zip mode every axis must have the same length; got lengths "
                                              r"\{'rho': 5, 'sigma': 2\}"):

@@ -31,7 +31,7 @@ from .._collector import with_fewer_collections
 from .._jit import async_filter_jit, equinox_errors
 from .._simulate import simulate
 from .._trajectory import Trajectory
-from .._validation import describe
+from .._validation import describe, refuse_tracers
 from ._axes import apply_axes, resolve_axes, warn_merged_coordinates
 from ._reductions import Streaming, resolve_reductions, tree_finalize, tree_merge, tree_partial
 from ._result import MEMBER, SweepResult
@@ -234,6 +234,10 @@ def sweep(
     res.sel(rho=24.545454, method="nearest").outputs   # (2, 3): both initial x
     ```
     """
+    refuse_tracers("sweep", "it plans chunks and devices from concrete values, runs each chunk as its own "
+                   "compiled program and returns NumPy results by coordinate. To transform a "
+                   "rollout, use jax.vmap over sciax.simulate or sciax.solve.", system=system,
+                   state0=state0, axes=axes, key=key)
     if isinstance(order, str):
         _check_chunking(batch_size, memory_budget)  # before the pilot solve, not after it
         order, batch_size = _cost_order(order, system, state0, axes, mode, solve_kwargs, key, batch_size,
