@@ -328,7 +328,7 @@ def test_an_unknown_compile_option_is_dropped_without_losing_the_entry(program_d
     solve = _optimise.solve
     options = {**_optimise.FAST_CPU_COMPILER_OPTIONS, "xla_cpu_option_that_does_not_exist": True}
     monkeypatch.setattr(solve, "options", options)
-    expected = _small_fit().optimum
+    expected = _small_fit(compilation="optimised").optimum
     [entry] = program_directory.iterdir()
     with pytest.warns(RuntimeWarning, match="does not know the XLA option 'xla_cpu_option_that_does_not_exist'"):
         result = _small_fit(compilation="fast")

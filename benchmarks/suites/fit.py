@@ -327,7 +327,7 @@ def _targets(result, rows, label, fast_label=None, unjudged=None, other="fast") 
         r = first_fast / first_scipy
         add(f"first fit incl. compile (fresh process), compilation='{other}', vs SciPy's first fit",
             "≤ 2x SciPy", r, f"{r:.2f}x ({first_fast:.2f} s vs {first_scipy:.2f} s)", r <= 2,
-            note=f"opt-in: fit(compilation='{other}')", row=rows[(FIRST, fast_label)], row_bar="≤ 2x SciPy")
+            note=f"not the default: fit(compilation='{other}')", row=rows[(FIRST, fast_label)], row_bar="≤ 2x SciPy")
     if per_fast and per_scipy:
         r = per_scipy / per_fast
         add(f"per fit, compilation='{other}': sciax vs SciPy", "≥ 10x faster", r,
