@@ -114,7 +114,7 @@ def fit(
       The choice depends only on the problem's structure, never on timings, so a fit gives the
       same bits every time; `FitResult.compilation` says which was used. Measured (one core):
       the damped oscillator's first fit takes about half as long fast (1.5 s -> 0.74 s, of
-      which SciPy's whole fit is 0.43 s) and each later fit 1.3-1.7x longer; larger models run
+      which SciPy's whole fit is 0.43 s) and each later fit 1.5-1.9x longer; larger models run
       several times slower fast (mass–spring lattice: 135 ms -> 1.0 s per fit), which is why
       `"auto"` keeps them optimised. Pass `"optimised"` for a small model fitted many times in
       one process (bootstrap loops) when the run time, not the first call, matters. Off a CPU

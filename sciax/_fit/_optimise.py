@@ -95,8 +95,9 @@ COMPILATIONS = ("auto", "optimised", "fast")
 # more than this many operations (`sciax._cost.operation_count` of the residuals, times the
 # passes a step makes). Measured, one core, float64, per operation of that estimate: the quick
 # compile runs 0.95-3.5 ns slower (Lorenz, damped oscillator, mass-spring lattice) and saves
-# 0.8-3.5 s of compiling (2.7x slower machine than the benchmark's). At 2e6 operations and the
-# default 256 steps, the slower code costs at most 2e6 x 256 x 3.5 ns = 1.8 s, under the saving.
+# 1.7-3.5 s of compiling (on a machine 2-4x slower than the benchmarks' usual one). At 2e6
+# operations a fit that runs to the default 256 steps loses at most 2e6 x 256 x 3.5 ns = 1.8 s,
+# about the smallest saving; the 11-25 steps of a typical converging fit, a tenth of that.
 AUTO_FAST_MAX_OPERATIONS = 2e6
 _AUTO_MEMO: dict = {}
 _AUTO_MEMO_SIZE = 64
