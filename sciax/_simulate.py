@@ -128,10 +128,21 @@ def simulate(
             f"fold_in(key, n), which keeps 32 bits of n, so later steps would repeat earlier noise "
             f"(step_offset={int(step_offset)}, n_steps={n_steps}). Continue with a new key instead.")
     componentwise = _use_componentwise_layout(system, state0)
-    traj = _rollout(
-        system, state0, integrator, dt, t0, key, args, observables, n_steps, save_every,
-        save_states, adjoint, componentwise, step_offset,
-    )
+    try:
+        traj = _rollout(
+            system, state0, integrator, dt, t0, key, args, observables, n_steps, save_every,
+            save_states, adjoint, componentwise, step_offset,
+        )
+    except TypeError as err:
+        # JAX's own words name neither the adjoint nor the fix.
+        if not (isinstance(adjoint, ReversibleAdjoint) and _JVP_OF_CUSTOM_VJP in str(err)):
+            raise
+        raise TypeError(
+            "simulate(adjoint=ReversibleAdjoint()) supports reverse mode only (jax.grad, jax.vjp, jax.jacrev): "
+            "it rebuilds the trajectory backwards during the backward pass, which forward mode (jax.jvp, "
+            "jax.jacfwd) does not have. Use DirectAdjoint() or "
+            "CheckpointAdjoint() for forward mode."
+        ) from None
     if check_finite:
         traj = _check_finite(traj)
     return traj
@@ -373,6 +384,9 @@ class _Frames(eqx.Module):
         if isinstance(self.adjoint, CheckpointAdjoint):
             block = jax.checkpoint(block)
         return lax.scan(block, carry0, jnp.arange(self.n_frames))
+
+
+_JVP_OF_CUSTOM_VJP = "can't apply forward-mode autodiff (jvp) to a custom_vjp function"
 
 
 @eqx.filter_custom_vjp

@@ -279,6 +279,27 @@ def test_reversible_adjoint_rejects_irreversible_integrators():
                        n_steps=10, key=jax.random.key(0), adjoint=sciax.ReversibleAdjoint())
 
 
+def test_reversible_adjoint_in_forward_mode_names_the_adjoint():
+    """Forward mode through ReversibleAdjoint raised JAX's "can't apply forward-mode autodiff (jvp)
+    to a custom_vjp function"; now the message names the adjoint and the alternatives. Forward over
+    reverse (jax.hessian) works and agrees with DirectAdjoint."""
+    params = (1.0, 0.8, jnp.array([0.7, 0.1]))
+    integrator = si.VelocityVerlet()
+
+    def loss(gm, adjoint):
+        return kepler_loss((gm, params[1], params[2]), adjoint, integrator, n_steps=80)
+
+    message = (r"^simulate\(adjoint=ReversibleAdjoint\(\)\) supports reverse mode only \(jax.grad, jax.vjp, "
+               r"jax.jacrev\).*Use DirectAdjoint\(\) or CheckpointAdjoint\(\) for forward mode\.")
+    for transform in (jax.jacfwd, lambda f: jax.jit(jax.jacfwd(f))):
+        with pytest.raises(TypeError, match=message):
+            transform(lambda gm: loss(gm, ADJOINTS["reversible"]))(1.0)
+    with pytest.raises(TypeError, match=message):
+        jax.jvp(lambda gm: loss(gm, ADJOINTS["reversible"]), (1.0,), (1.0,))
+    hessian = jax.hessian(lambda gm: loss(gm, ADJOINTS["reversible"]))(1.0)
+    np.testing.assert_allclose(hessian, jax.hessian(lambda gm: loss(gm, ADJOINTS["direct"]))(1.0), rtol=1e-10)
+
+
 def test_reversible_adjoint_with_step_offset_equals_direct():
     s0 = PhaseSpace(jnp.array([1.0, 0.0]), jnp.array([0.0, 1.0]))
 
