@@ -2,6 +2,7 @@
 optimum, packaged as a `FitResult`."""
 
 import re
+import threading
 import warnings
 
 import equinox as eqx
@@ -99,8 +100,9 @@ COMPILATIONS = ("auto", "optimised", "fast")
 # operations a fit that runs to the default 256 steps loses at most 2e6 x 256 x 3.5 ns = 1.8 s,
 # about the smallest saving; the 11-25 steps of a typical converging fit, a tenth of that.
 AUTO_FAST_MAX_OPERATIONS = 2e6
-_AUTO_MEMO: dict = {}
+_AUTO_MEMO: dict = {}  # structure -> choice, oldest first
 _AUTO_MEMO_SIZE = 64
+_AUTO_MEMO_LOCK = threading.Lock()  # fits may run in several threads
 _UNKNOWN_OPTION = re.compile(r"No such compile option: '([^']+)'")
 
 
@@ -179,14 +181,16 @@ def resolve_compilation(compilation: str, problem, segment_states, solver, mode)
     if compilation != "auto":
         return compilation
     dynamic, static = eqx.partition((problem, segment_states), eqx.is_array)
-    key = (_Static(static), tuple((x.shape, x.dtype) for x in jtu.tree_leaves(dynamic)),
-           jtu.tree_structure(dynamic),           mode, isinstance(solver, optx.AbstractMinimiser))
+    key = (_Static(static), jtu.tree_structure(dynamic), tuple((x.shape, x.dtype) for x in jtu.tree_leaves(dynamic)),
+           mode, isinstance(solver, optx.AbstractMinimiser))
     try:
         hash(key)
     except TypeError:  # an unhashable static field: decide without the memo
         key = None
-    if key is not None and key in _AUTO_MEMO:
-        return _AUTO_MEMO[key]
+    if key is not None:
+        with _AUTO_MEMO_LOCK:
+            if key in _AUTO_MEMO:
+                return _AUTO_MEMO[key]
     operations = operation_count(eqx.filter_make_jaxpr(_residuals_at_start)(problem, segment_states)[0])
     if mode == "fwd":
         passes = 1 + problem.n_unknowns
@@ -196,9 +200,10 @@ def resolve_compilation(compilation: str, problem, segment_states, solver, mode)
         passes = 1 + 2 * (problem.n_data + (problem.n_segments - 1) * problem.layout.size)
     choice = "fast" if operations * passes <= AUTO_FAST_MAX_OPERATIONS else "optimised"
     if key is not None:
-        if len(_AUTO_MEMO) >= _AUTO_MEMO_SIZE:
-            _AUTO_MEMO.pop(next(iter(_AUTO_MEMO)))
-        _AUTO_MEMO[key] = choice
+        with _AUTO_MEMO_LOCK:
+            if len(_AUTO_MEMO) >= _AUTO_MEMO_SIZE:
+                _AUTO_MEMO.pop(next(iter(_AUTO_MEMO)))
+            _AUTO_MEMO[key] = choice
     return choice
 
 
