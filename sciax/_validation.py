@@ -19,13 +19,28 @@ def is_concrete(x) -> bool:
 
 def refuse_tracers(where: str, why: str, **arguments) -> None:
     """Raise `TypeError` naming the first argument that holds a JAX tracer (a value being traced
-    by `jax.jit`, `jax.grad`, `jax.vmap`, ...): `where` runs on the host, for the reason `why`."""
+    by `jax.jit`, `jax.grad`, `jax.vmap`, ...), in its leaves or among the values a function in
+    it closes over or takes as defaults: `where` runs on the host, for the reason `why`."""
     for name, value in arguments.items():
-        if any(isinstance(leaf, jax.core.Tracer) for leaf in jtu.tree_leaves(value)):
+        if any(_holds_tracer(leaf) for leaf in jtu.tree_leaves(value)):
             raise TypeError(
                 f"{where}: `{name}` is being traced by a JAX transformation (jax.jit, jax.grad, jax.vmap, ...), "
                 f"but {where} runs on the host: {why} Call it outside the transformation."
             )
+
+
+def _holds_tracer(leaf) -> bool:
+    if isinstance(leaf, jax.core.Tracer):
+        return True
+    if not callable(leaf) or isinstance(leaf, type):
+        return False
+    captured = list(getattr(leaf, "__defaults__", None) or ())
+    for cell in getattr(leaf, "__closure__", None) or ():
+        try:
+            captured.append(cell.cell_contents)
+        except ValueError:  # a cell not filled yet
+            pass
+    return any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(captured))
 
 
 def describe(x) -> str:

@@ -784,6 +784,9 @@ class TestBadInput:
         with pytest.raises(TypeError, match=r"^sweep: `axes` is being traced by a JAX transformation .* sweep runs "
                                             r"on the host: .* outside the transformation"):
             jax.jit(lambda rho: sciax.sweep(system, Y0, axes={"rho": rho}, simulate_kwargs=KW).outputs)(RHO)
+        with pytest.raises(TypeError, match=r"^sweep: `simulate_kwargs` is being traced by a JAX transformation"):
+            jax.jit(lambda dt: sciax.sweep(system, Y0, axes={"rho": RHO},
+                                           simulate_kwargs={**KW, "dt": dt}).outputs)(0.01)
 
     def test_zip_axes_of_different_lengths(self):
         with pytest.raises(ValueError, match=r"zip mode every axis must have the same length; got lengths "

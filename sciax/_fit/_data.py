@@ -7,7 +7,7 @@ import jax
 import jax.tree_util as jtu
 import numpy as np
 
-from .._validation import describe
+from .._validation import describe, refuse_tracers
 
 
 def to_device(x, dtype):
@@ -21,6 +21,7 @@ def real_scalar(name, value, owner="fit") -> float:
     numbers, booleans and arrays with more than one entry are refused, not converted)."""
     if isinstance(value, bool | np.bool_):
         raise TypeError(f"{owner}: `{name}` must be a real number, got {describe(value)}.")
+    refuse_tracers(owner, f"`{name}` is a setting it keeps as a Python number.", **{name: value})
     if isinstance(value, numbers.Real):  # int, float, NumPy scalars, Fraction, Decimal
         return float(value)
     if np.iscomplexobj(value) or np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "iuf":

@@ -108,18 +108,21 @@ def fit(
       back with `converged=False` and the solver's message.
     - `compilation`: how XLA compiles the solve on a CPU. `"fast"`: quickly, to less optimised
       code (XLA's legacy loop emitters, no LLVM optimisation); `"optimised"`: XLA's full
-      optimisation; `"auto"` (default): `"fast"` when one optimiser step is estimated at no more
-      than 2·10⁶ operations (the residuals' operation count, counted from their jaxpr, times
-      the passes a step makes: 1 + number of unknowns in forward mode), else `"optimised"`.
-      The choice depends only on the problem's structure, never on timings, so a fit gives the
-      same bits every time; `FitResult.compilation` says which was used. Measured (one core):
-      the damped oscillator's first fit takes about half as long fast (1.5 s -> 0.74 s, of
-      which SciPy's whole fit is 0.43 s) and each later fit 1.5-1.9x longer; larger models run
-      several times slower fast (mass–spring lattice: 135 ms -> 1.0 s per fit), which is why
-      `"auto"` keeps them optimised. Pass `"optimised"` for a small model fitted many times in
-      one process (bootstrap loops) when the run time, not the first call, matters. Off a CPU
-      always optimised. The fitted values agree within the solver's tolerance either way
-      (different round-off may take one more or fewer step).
+      optimisation; `"auto"` (default): `"fast"` when a fit that takes all `max_steps` steps is
+      estimated at no more than 5·10⁸ operations (the residuals' operation count, counted from
+      their jaxpr, times the passes of one step, 1 + number of unknowns in forward mode, times
+      `max_steps`: 2·10⁶ per step at the default 256), else `"optimised"`. A `Solve` rollout
+      (Diffrax's loop has no known length) is always optimised by `"auto"`; pass `"fast"` for a
+      one-off fit of a small model with it. The choice depends only on the problem's structure
+      and `max_steps`, never on timings, so a fit gives the same bits every time;
+      `FitResult.compilation` says which was used. Measured on the benchmark machine (one core):
+      the damped oscillator's first fit takes about half as long fast (1.5 s -> 0.74 s; SciPy's
+      whole fit is 0.43 s) and each later fit about 1.5x longer (8–10 -> 13–15 ms); larger models
+      run several times slower fast (mass–spring lattice: 135 ms -> 1.0 s per fit), which is why
+      `"auto"` keeps them optimised. Pass `"optimised"` for a small model fitted many times in one
+      process (bootstrap loops) when the run time, not the first call, matters. Off a CPU always
+      optimised. The fitted values agree within the solver's tolerance either way (different
+      round-off may take one more or fewer step).
 
     **Returns:** a `FitResult` (fitted `params`, `system`, `state0`, `covariance`, …).
 
@@ -150,7 +153,8 @@ def fit(
     refuse_tracers("fit", "it checks the data, then compiles and runs its own solve, and returns NumPy "
                    "statistics. To fit many data sets, loop over them (the solve is compiled once per problem "
                    "structure).", system=system, state0=state0, times=times, observed=observed, sigma=sigma,
-                   mask=mask, t0=t0, args=args)
+                   mask=mask, t0=t0, args=args, observe=observe, rollout=rollout, transforms=transforms,
+                   shooting=shooting, solver=solver, rtol=rtol, atol=atol)
     problem, segment_states, sigma_given, dtype = _build_problem(
         system, state0, times, observed, params, rollout, transforms, fit_initial_state, observe,
         sigma, mask, t0, args, shooting,
@@ -171,7 +175,7 @@ def fit(
     rollout.check_jacobian(mode)
     scale = (not sigma_given) if scale_covariance is None else bool(scale_covariance)
     solve_problem = eqx.tree_at(lambda p: p.rollout, problem, rollout.for_jacobian(mode))
-    compilation = resolve_compilation(compilation, solve_problem, segment_states, optimiser, mode)
+    compilation = resolve_compilation(compilation, solve_problem, segment_states, optimiser, mode, int(max_steps))
     out = solve(solve_problem, segment_states, optimiser, options, int(max_steps), mode, compilation=compilation)
     # The covariance's Jacobian (when the solver did not leave one) in its own mode: BFGS may take
     # its gradient backward while J, with fewer unknowns than residuals, is cheaper forward.

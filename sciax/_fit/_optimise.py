@@ -87,20 +87,21 @@ def _supported(problem, mode):
 # `fit(compilation="fast")` on CPU: XLA's legacy loop emitters and no LLVM optimisation
 # (`xla_backend_optimization_level=0`). Measured on the damped-oscillator benchmark fit (one
 # core, float64): first fit 1.5 s -> 0.69-0.75 s (the emitters option alone: 1.0-1.2 s; O0 alone:
-# 1.24-1.31 s), per fit 12 -> 14 ms. On the examples' larger models the compiled fit runs slower
+# 1.24-1.31 s), per fit 12 -> 14 ms (eighth session). On the examples' larger models the compiled fit runs slower
 # (mass–spring lattice 134 -> 983 ms per fit, Lorenz multiple shooting 26 -> 97 ms).
 FAST_CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}
 COMPILATIONS = ("auto", "optimised", "fast")
 
-# `compilation="auto"` compiles quickly (`"fast"`) when one optimiser step is estimated at no
-# more than this many operations (`sciax._cost.operation_count` of the residuals, times the
-# passes a step makes). Measured, one core, float64, per operation of that estimate: the quick
-# compile runs 0.95-3.5 ns slower (Lorenz, damped oscillator, mass-spring lattice) and saves
-# 1.7-3.5 s of compiling (on a machine 2-4x slower than the benchmarks' usual one). At 2e6
-# operations a fit that runs to the default 256 steps loses at most 2e6 x 256 x 3.5 ns = 1.8 s,
-# about the smallest saving; the 11-25 steps of a typical converging fit, a tenth of that.
-AUTO_FAST_MAX_OPERATIONS = 2e6
-_AUTO_MEMO: dict = {}  # structure -> choice, oldest first
+# `compilation="auto"` compiles quickly (`"fast"`) when a fit that runs to its step limit is
+# estimated at no more than this many operations (`sciax._cost.operation_count` of the
+# residuals, times the passes of one step, times `max_steps`). Measured, one core, float64, per
+# operation of that estimate: the quick compile runs 0.95-3.5 ns slower (Lorenz, damped
+# oscillator, mass-spring lattice) and saves 1.7-3.5 s of compiling (on a machine 2-4x slower
+# than the benchmarks' usual one). So a fit at the limit that takes every step it may loses at
+# most 5e8 x 3.5 ns = 1.75 s, about the smallest saving; a fit that converges in a tenth of its
+# steps, a tenth of that. With the default 256 steps the limit is 2e6 operations per step.
+AUTO_FAST_MAX_OPERATIONS = 5e8
+_AUTO_MEMO: dict = {}  # problem structure -> operations per step, oldest first
 _AUTO_MEMO_SIZE = 64
 _AUTO_MEMO_LOCK = threading.Lock()  # fits may run in several threads
 _UNKNOWN_OPTION = re.compile(r"No such compile option: '([^']+)'")
@@ -165,27 +166,34 @@ def _platform(problem) -> str:
     return next(iter(problem.keep.devices())).platform
 
 
-def resolve_compilation(compilation: str, problem, segment_states, solver, mode) -> str:
+def resolve_compilation(compilation: str, problem, segment_states, solver, mode, max_steps: int) -> str:
     """`"optimised"` or `"fast"`: `compilation` itself unless it is `"auto"`, which picks
-    `"fast"` on a CPU when one optimiser step is cheap (`AUTO_FAST_MAX_OPERATIONS`), so that a
-    small model's one-off fit is not dominated by XLA optimising code that runs for
-    milliseconds. The choice depends on the problem's structure alone (never on timings or on
-    how often it was called), so the same fit gives the same bits every time.
+    `"fast"` on a CPU when a fit of `max_steps` steps is cheap (`AUTO_FAST_MAX_OPERATIONS`), so
+    that a small model's one-off fit is not dominated by XLA optimising code that runs for
+    milliseconds. The choice depends on the problem's structure and `max_steps` alone (never on
+    timings or on how often it was called), so the same fit gives the same bits every time.
 
     One step's work is the residuals' operation count times the passes it makes: 1 + (number of
     unknowns) forward-mode tangents, or for reverse mode 1 + 2 x (number of residuals) passes for
     a least-squares Jacobian and 3 for a minimiser's gradient. An unbounded loop in the model
-    (an adaptive `Solve`) counts as expensive."""
+    (a Diffrax `Solve`) counts as expensive."""
     if _platform(problem) != "cpu":
         return "optimised"  # the quick compile is a CPU option
     if compilation != "auto":
         return compilation
+    work = _work_per_step(problem, segment_states, solver, mode) * max_steps
+    return "fast" if work <= AUTO_FAST_MAX_OPERATIONS else "optimised"
+
+
+def _work_per_step(problem, segment_states, solver, mode) -> float:
+    """Estimated operations of one optimiser step (see `resolve_compilation`), memoised per
+    problem structure: the count traces the residuals once."""
     dynamic, static = eqx.partition((problem, segment_states), eqx.is_array)
     key = (_Static(static), jtu.tree_structure(dynamic), tuple((x.shape, x.dtype) for x in jtu.tree_leaves(dynamic)),
            mode, isinstance(solver, optx.AbstractMinimiser))
     try:
         hash(key)
-    except TypeError:  # an unhashable static field: decide without the memo
+    except TypeError:  # an unhashable static field: count without the memo
         key = None
     if key is not None:
         with _AUTO_MEMO_LOCK:
@@ -198,13 +206,13 @@ def resolve_compilation(compilation: str, problem, segment_states, solver, mode)
         passes = 3
     else:
         passes = 1 + 2 * (problem.n_data + (problem.n_segments - 1) * problem.layout.size)
-    choice = "fast" if operations * passes <= AUTO_FAST_MAX_OPERATIONS else "optimised"
+    work = operations * passes
     if key is not None:
         with _AUTO_MEMO_LOCK:
             if len(_AUTO_MEMO) >= _AUTO_MEMO_SIZE:
                 _AUTO_MEMO.pop(next(iter(_AUTO_MEMO)))
-            _AUTO_MEMO[key] = choice
-    return choice
+            _AUTO_MEMO[key] = work
+    return work
 
 
 def _residuals_at_start(problem, segment_states):

@@ -237,7 +237,8 @@ def sweep(
     refuse_tracers("sweep", "it plans chunks and devices from concrete values, runs each chunk as its own "
                    "compiled program and returns NumPy results by coordinate. To transform a "
                    "rollout, use jax.vmap over sciax.simulate or sciax.solve.", system=system,
-                   state0=state0, axes=axes, key=key)
+                   state0=state0, axes=axes, key=key, simulate_kwargs=simulate_kwargs, solve_kwargs=solve_kwargs,
+                   run=run, output=output)
     if isinstance(order, str):
         _check_chunking(batch_size, memory_budget)  # before the pilot solve, not after it
         order, batch_size = _cost_order(order, system, state0, axes, mode, solve_kwargs, key, batch_size,
