@@ -99,5 +99,9 @@ class ReversibleAdjoint(AbstractAdjoint):
     Gradients reach `dt` and `t0` also through the time of each step and frame (a
     time-dependent force or observable), and the values an observable closes over through the
     frames. Not supported: stochastic integrators (noise is not reversible) and forward-mode
-    autodiff (`jax.jvp`; use `DirectAdjoint` or `CheckpointAdjoint`).
+    autodiff (`jax.jvp`, `jax.jacfwd`; use `DirectAdjoint` or `CheckpointAdjoint`). Called
+    directly under `jax.jvp`/`jax.jacfwd`, `simulate` says so; when the forward-mode transform
+    is applied to an already jitted function around it (`jax.jacfwd(jax.jit(f))`), JAX reports
+    it in its own words: "can't apply forward-mode autodiff (jvp) to a custom_vjp function".
+    Forward over reverse (`jax.hessian`) works.
     """
