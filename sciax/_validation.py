@@ -30,7 +30,7 @@ def refuse_tracers(where: str, why: str, **arguments) -> None:
 
 
 def _holds_tracer(leaf) -> bool:
-    if isinstance(leaf, jax.core.Tracer):
+    if not is_concrete(leaf):
         return True
     if not callable(leaf) or isinstance(leaf, type):
         return False
@@ -40,7 +40,7 @@ def _holds_tracer(leaf) -> bool:
             captured.append(cell.cell_contents)
         except ValueError:  # a cell not filled yet
             pass
-    return any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(captured))
+    return not all(is_concrete(x) for x in jtu.tree_leaves(captured))
 
 
 def describe(x) -> str:
