@@ -108,18 +108,27 @@ def equilibrium(
         raise ValueError(f"equilibrium: `fixed` must be a bool array of shape {positions0.shape}, "
                          f"got {describe(held)}.")
 
-    def total_energy(y, args):
-        system_, force_, anchor = args
-        q = jnp.where(held, anchor, y)
-        # The penalty gives the held coordinates an identity Hessian block (their optimum is the
-        # anchor), so the implicit-function linear solve stays well posed.
-        penalty = 0.5 * jnp.sum(jnp.where(held, (y - anchor) ** 2, 0.0))
-        return system_.potential_energy(q) - jnp.sum(force_ * q) + penalty
-
     default_tol = 1e-10 if jnp.finfo(dtype).bits >= 64 else 1e-5
     rtol = default_tol if rtol is None else rtol
     atol = default_tol if atol is None else atol
-    args = (system, force, positions0)
+    return _find_equilibrium(system, positions0, force, held, rtol, atol, max_steps, throw)
+
+
+def _total_energy(y, args):
+    """E(y) = U(q) − Σ f·q with q = y on the free coordinates and the anchor on the held ones,
+    plus ½ Σ_held (y − anchor)²: the penalty gives the held coordinates an identity Hessian block
+    (their optimum is the anchor), so the implicit-function linear solve stays well posed."""
+    system, force, anchor, held = args
+    q = jnp.where(held, anchor, y)
+    penalty = 0.5 * jnp.sum(jnp.where(held, (y - anchor) ** 2, 0.0))
+    return system.potential_energy(q) - jnp.sum(force * q) + penalty
+
+
+# Compiled once per structure (system type, shapes, dtypes, tolerances, flags): called eagerly,
+# Optimistix's loops were traced and compiled anew at every call (3.6 s each for a 5-mass chain).
+@eqx.filter_jit
+def _find_equilibrium(system, positions0, force, held, rtol, atol, max_steps, throw) -> Equilibrium:
+    args = (system, force, positions0, held)
     # BFGS finds the basin; its stopping rule leaves ~1e-9 relative error in the positions
     # (measured on a loaded spring chain, independent of rtol/atol). Newton's method on the
     # stationarity condition ∇E = 0 then converges quadratically to round-off. Gradients come from
@@ -127,9 +136,9 @@ def equilibrium(
     # any, since the root does not depend on where Newton started. (`BFGS` also stops on a rejected
     # step within tolerance whose predicted energy change is round-off, where Optimistix's would
     # go on shrinking it: `_solvers.py`.)
-    start = optx.minimise(total_energy, BFGS(rtol=rtol, atol=atol), jax.lax.stop_gradient(positions0),
+    start = optx.minimise(_total_energy, BFGS(rtol=rtol, atol=atol), jax.lax.stop_gradient(positions0),
                           args=jax.lax.stop_gradient(args), max_steps=max_steps, throw=throw)
-    stationary = jax.grad(total_energy)
+    stationary = jax.grad(_total_energy)
     newton = optx.Newton(rtol=rtol, atol=atol * 1e-3, cauchy_termination=False)
     solution = optx.root_find(stationary, newton, start.value, args=args, max_steps=50, throw=False)
     # From a BFGS start Newton's steps may be round-off from the first one, and the Kantorovich
