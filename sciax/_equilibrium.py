@@ -26,7 +26,9 @@ class Equilibrium(eqx.Module):
 
     - `positions`: equilibrium positions, same shape as `positions0` (length units).
     - `energy`: total energy U(q*) − f·q* at the equilibrium (energy units).
-    - `n_steps`: minimiser iterations. `converged`: whether the minimiser met its tolerance.
+    - `n_steps`: BFGS iterations plus Newton iterations.
+    - `converged`: BFGS met its tolerance, and Newton then converged or its last step was below
+      the tolerance (settled at round-off).
     """
 
     positions: jax.Array

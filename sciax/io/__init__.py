@@ -1,4 +1,4 @@
-"""Files: atomic writes, frame/thermo CSV, trajectory `.npz`, checkpoints.
+"""Files: atomic writes, state and observable CSV, trajectory `.npz`, checkpoints.
 
 Leaves of the layer diagram: formats only, no physics loops. Every writer here either
 appends whole rows in one write (CSV, with byte offsets recorded so a resume can truncate
