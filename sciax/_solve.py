@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
+from ._callable_key import by_code
 from ._collector import with_fewer_collections
 from ._forward_only import forward_only
 from ._trajectory import Trajectory
@@ -145,8 +146,9 @@ def solve(
     t0 = jnp.asarray(t0, dtype=dtype)
     t1 = jnp.asarray(t1, dtype=dtype)
     save_at = _save_times(save_at, t0, t1, dtype)
+    observables = {name: by_code(fn) for name, fn in (observables or {}).items()}  # a new lambda: no recompile
     return _solve(system, y0, t0, t1, save_at, solver, controller, dt0, max_steps, adjoint,
-                  args, dict(observables or {}), throw)
+                  args, observables, throw)
 
 
 def _validate(system, y0, t0, t1, save_at, rtol, atol, dt0, observables, throw):

@@ -276,3 +276,29 @@ def test_sweep_with_a_new_output_lambda_does_not_recompile():
     assert COMPILES == []
     z = run(2)
     assert not np.array_equal(z, x)
+
+
+def test_sweep_with_a_new_streaming_reduction_or_axis_where_does_not_recompile():
+    """`Streaming` reductions and `Axis(where=...)` were compared by identity: re-created at every
+    call (lambdas in a loop) they recompiled the chunk, unlike `output`, `run` and observables."""
+    from sciax.ensemble import Axis, Streaming
+
+    system, u0 = Lorenz(), jnp.array([1.0, 1.0, 1.0])
+    rho = jnp.linspace(20.0, 30.0, 8)
+    options = dict(integrator=RK4(), dt=0.01, n_steps=20, save_every=20)
+
+    def run(power):
+        moment = Streaming(partial=lambda v, w: (jnp.sum(w), jnp.sum(w[:, None] * v ** power, axis=0)),
+                           merge=lambda a, b: (a[0] + b[0], a[1] + b[1]), finalize=lambda s: s[1] / s[0])
+        res = sciax.sweep(system, u0, axes={"r": Axis(rho, where=lambda s, y: s.rho)}, simulate_kwargs=options,
+                          output=lambda traj: traj.final_state, reduce={"m": moment}, keep=True)
+        return np.asarray(res.reductions["m"]), np.asarray(res.outputs)
+
+    m2, finals = run(2)
+    np.testing.assert_allclose(m2, np.mean(finals ** 2, axis=0), rtol=1e-13)
+    COMPILES.clear()
+    again, _ = run(2)
+    assert COMPILES == []
+    np.testing.assert_array_equal(again, m2)
+    m3, _ = run(3)  # another captured value: compiled anew, its own result
+    np.testing.assert_allclose(m3, np.mean(finals ** 3, axis=0), rtol=1e-13)

@@ -157,7 +157,7 @@ def test_covariance_comes_from_the_solvers_last_linearisation(monkeypatch):
                "segment_states": tuple(jax.tree_util.tree_leaves(result.segment_states)),
                "result": tuple(jax.tree_util.tree_leaves(optx.RESULTS.successful)), "success": True, "n_steps": n_steps,
                "jac": jnp.full((r.size, 2), jnp.nan), "r": jnp.zeros_like(r)}
-        fallback = _optimise.package(result.problem, None, out, "fwd", True)
+        fallback = _optimise.package(result.problem, None, result.segment_times, out, "fwd", True)
         np.testing.assert_allclose(fallback.covariance, cov, rtol=1e-12)
         np.testing.assert_allclose(fallback.residuals, r, rtol=1e-13, atol=1e-15)
     assert len(calls) == 3
@@ -501,6 +501,35 @@ def test_a_new_observe_lambda_reuses_the_compiled_solve():
     assert compiles == []
     assert again.converged and float(again.params["omega"]) != float(first.params["omega"])
     np.testing.assert_allclose(again.params["omega"], 2.0, atol=4 * float(again.standard_errors["omega"]))
+
+
+def test_new_observation_times_reuse_the_compiled_solve_and_their_own_start():
+    """The segment start times were static fields of the compiled problem: a new first time
+    (a series starting at 0.5 instead of 0) recompiled the whole solve. They are values now,
+    so the program is reused; the drive depends on absolute time, so a stale start would fit
+    the second series wrongly."""
+    import jax
+
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, duration, **kw: compiles.append(event)
+        if event == "/jax/core/compile/backend_compile_duration" else None)
+    truth = DampedDrivenOscillator(omega=2.0, zeta=0.1, drive_amplitude=1.0, drive_frequency=1.3)
+    guess = DampedDrivenOscillator(omega=1.5, zeta=0.3, drive_amplitude=1.0, drive_frequency=1.3)
+    series = []
+    for t0 in (0.0, 0.5, 1.25):
+        traj = sciax.simulate(truth, Y0, integrator=RK4(), dt=DT, n_steps=1000, save_every=10, t0=t0)
+        series.append((t0, np.asarray(traj.times), np.asarray(traj.states[:, 0])))
+    options = dict(params=("omega", "zeta"), observe=position, rollout=ROLLOUT, transforms=TRANSFORMS, **TOL)
+    results = []
+    for t0, times, observed in series:
+        results.append(sciax.fit(guess, Y0, times, observed, t0=t0, **options))
+        if len(results) == 1:
+            compiles.clear()
+    assert compiles == []
+    for r, (t0, times, _) in zip(results, series):
+        assert r.converged and r.segment_times == (t0,)
+        np.testing.assert_allclose([r.params["omega"], r.params["zeta"]], [2.0, 0.1], rtol=1e-8)
 
 
 def test_selector_and_filter_select_like_names():

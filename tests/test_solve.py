@@ -253,6 +253,30 @@ def test_forward_adjoint_gives_forward_derivatives_and_refuses_reverse_mode_by_n
             reverse(28.0)
 
 
+def test_a_new_observable_lambda_reuses_the_compiled_solve():
+    """Observables were static arguments compared by identity: a lambda re-created for every
+    call (same code) recompiled the Diffrax solve; `simulate` keyed them by code already."""
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, duration, **kw: compiles.append(event)
+        if event == "/jax/core/compile/backend_compile_duration" else None)
+
+    def observables(scale):
+        return {"sx": lambda t, y, s: scale * y[0]}
+
+    save_at, y0 = jnp.linspace(0.1, 0.5, 5), jnp.array(LORENZ_Y0)
+    kw = dict(t0=0.0, t1=0.5, save_at=save_at, solver="tsit5", rtol=1e-8, atol=1e-8)
+    first = sciax.solve(Lorenz(), y0, observables=observables(2.0), **kw)
+    compiles.clear()
+    second = sciax.solve(Lorenz(), y0, observables=observables(2.0), **kw)
+    assert compiles == []
+    np.testing.assert_array_equal(np.asarray(second.observables["sx"]), np.asarray(first.observables["sx"]))
+    np.testing.assert_allclose(np.asarray(second.observables["sx"]), 2.0 * np.asarray(second.states)[:, 0],
+                               rtol=1e-15)
+    third = sciax.solve(Lorenz(), y0, observables=observables(3.0), **kw)  # another captured value: its own
+    np.testing.assert_allclose(np.asarray(third.observables["sx"]), 3.0 * np.asarray(third.states)[:, 0], rtol=1e-15)
+
+
 @pytest.mark.parametrize("wrt", ["t0", "t1", "save_at", "dt0"])
 def test_backsolve_names_the_times_it_cannot_differentiate(wrt):
     """Diffrax's BacksolveAdjoint raised "Unexpected tangent. *args and **kwargs to

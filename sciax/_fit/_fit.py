@@ -155,7 +155,7 @@ def fit(
                    "structure).", system=system, state0=state0, times=times, observed=observed, sigma=sigma,
                    mask=mask, t0=t0, args=args, observe=observe, rollout=rollout, transforms=transforms,
                    shooting=shooting, solver=solver, rtol=rtol, atol=atol)
-    problem, segment_states, sigma_given, dtype = _build_problem(
+    problem, segment_states, segment_times, sigma_given, dtype = _build_problem(
         system, state0, times, observed, params, rollout, transforms, fit_initial_state, observe,
         sigma, mask, t0, args, shooting,
     )
@@ -180,7 +180,7 @@ def fit(
     # The covariance's Jacobian (when the solver did not leave one) in its own mode: BFGS may take
     # its gradient backward while J, with fewer unknowns than residuals, is cheaper forward.
     problem = eqx.tree_at(lambda p: p.rollout, problem, rollout.for_jacobian(covariance_mode))
-    result = package(problem, segment_states, out, covariance_mode, scale, compilation)
+    result = package(problem, segment_states, segment_times, out, covariance_mode, scale, compilation)
     if throw and not result.converged:
         raise FitError(
             f"fit did not converge after {result.n_steps} steps: {result.message} (loss ½Σr² = "
@@ -295,7 +295,6 @@ def _build_problem(system, state0, times, observed, params, rollout, transforms,
         observe=observe_fn,
         obs_treedef=obs_def,
         n_segments=m,
-        segment_times=tuple(float(t) for t in starts),
         n_unknowns=n_interest + (m - 1) * layout.size,
         n_interest=n_interest,
         dtype=np.dtype(dtype),
@@ -303,4 +302,6 @@ def _build_problem(system, state0, times, observed, params, rollout, transforms,
     )
     segment_states = initial_segment_states(problem, shooting, observe is None, obs_leaves, mask_leaves,
                                              bounds, starts, dtype)
-    return problem, segment_states, sigma_leaves is not None, dtype
+    # The start times are kept out of the problem, whose non-array fields key the compiled solve:
+    # a new first time (or segment boundary) must not recompile it. They are read on the host only.
+    return problem, segment_states, tuple(float(t) for t in starts), sigma_leaves is not None, dtype

@@ -355,7 +355,7 @@ def _saturation_threshold(dtype):
     return np.sqrt(np.finfo(dtype).tiny)
 
 
-def package(problem, segment_states, out, mode, scale_covariance, compilation="optimised") -> FitResult:
+def package(problem, segment_states, segment_times, out, mode, scale_covariance, compilation="optimised") -> FitResult:
     """Turn `solve`'s arrays into a `FitResult`: covariance and standard errors (NumPy, on the
     host), the solver's message, and the checks that explain a failure. `compilation` is
     `fit`'s, for the linearisation or check that may need compiling here."""
@@ -441,7 +441,7 @@ def package(problem, segment_states, out, mode, scale_covariance, compilation="o
         message=message,
         at_bounds=at_bounds,
         compilation=compilation,
-        segment_times=problem.segment_times,
+        segment_times=segment_times,
         segment_states=states_at_optimum,
         problem=problem,
         optimum=out["v"],

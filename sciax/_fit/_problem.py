@@ -50,7 +50,6 @@ class Problem(eqx.Module):
     observe: Callable = eqx.field(static=True)
     obs_treedef: object = eqx.field(static=True)
     n_segments: int = eqx.field(static=True)
-    segment_times: tuple[float, ...] = eqx.field(static=True)
     n_unknowns: int = eqx.field(static=True)
     n_interest: int = eqx.field(static=True)
     dtype: np.dtype = eqx.field(static=True)  # the state's dtype: the model runs in it

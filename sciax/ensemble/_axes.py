@@ -17,6 +17,7 @@ import jax.random as jr
 import jax.tree_util as jtu
 import numpy as np
 
+from .._callable_key import by_code
 from .._validation import describe
 
 SEED = "seed"
@@ -217,7 +218,8 @@ def _resolve(name, spec, system, state0) -> ResolvedAxis:
                 f"is (e.g. `lambda s, y: s.spring.k`), not a value computed from one such as an element "
                 f"`y[0]`; for an element use a name such as 'state0[0]' or 'masses[1]'. ({e})"
             ) from e
-        return _axis(name, coords, target, "where", state0, where=where)
+        # keyed by code: a `where` lambda re-created at every call reuses the compiled chunk
+        return _axis(name, coords, target, "where", state0, where=by_code(where))
     if name == SEED:
         if not np.issubdtype(coords.dtype, np.integer) or coords.ndim != 1:
             raise ValueError(f"sweep: axis 'seed' must be a 1-D array of integers, got {describe(coords)}.")

@@ -1,4 +1,5 @@
-"""State and observable CSV files (`states.csv`, `observables.csv`): a header, then one row per saved frame, appended chunk by chunk.
+"""State and observable CSV files (`states.csv`, `observables.csv`): a header, then one row per
+saved frame, appended chunk by chunk.
 
 Rows of one chunk are written with a single `write` and fsynced; the caller records the file
 size after each chunk (in its checkpoint) and truncates back to it on resume, so a crash in the
