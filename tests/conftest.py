@@ -15,11 +15,9 @@ import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
-import itertools  # noqa: E402
+import zlib  # noqa: E402
 
 import pytest  # noqa: E402
-
-_seeds = itertools.count()
 
 
 @pytest.fixture(autouse=True)
@@ -36,9 +34,33 @@ def _no_persistent_cache_leak():
 
 
 @pytest.fixture
-def key():
-    """A fresh jax.random key per test."""
-    return jax.random.key(next(_seeds))
+def key(request):
+    """A jax.random key of the test's own: its seed comes from the test's id, so a test gets the
+    same key alone, in any order and in any worker process (`pytest -n`)."""
+    return jax.random.key(zlib.crc32(request.node.nodeid.encode()))
+
+
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_compile_logs = []  # the lists of the `compiles` fixtures now active
+
+
+def _on_duration_event(event, duration, **kwargs):
+    if event == _COMPILE_EVENT:
+        for log in _compile_logs:
+            log.append(kwargs.get("fun_name", "?"))
+
+
+jax.monitoring.register_event_duration_secs_listener(_on_duration_event)  # once per process
+
+
+@pytest.fixture
+def compiles():
+    """A list that receives the name of every program XLA compiles during the test (clear it
+    before the calls that must not compile)."""
+    log = []
+    _compile_logs.append(log)
+    yield log
+    _compile_logs.remove(log)
 
 
 @pytest.fixture(params=["float32", "float64"])

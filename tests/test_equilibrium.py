@@ -68,13 +68,9 @@ def test_float32_chain_converges_with_default_tolerances():
     np.testing.assert_allclose(eq.positions[:, 0], expected, rtol=2e-6)
 
 
-def test_a_second_call_with_new_values_reuses_the_compiled_program():
+def test_a_second_call_with_new_values_reuses_the_compiled_program(compiles):
     """Called eagerly, Optimistix's loops were traced and compiled anew at every call (3.6 s each
     for this chain); a load sweep must compile once."""
-    compiles = []
-    jax.monitoring.register_event_duration_secs_listener(
-        lambda event, duration, **kw: compiles.append(event)
-        if event == "/jax/core/compile/backend_compile_duration" else None)
     cases = [(0.9, K), (1.3, 2 * K)]  # (2 * K compiles a small program of its own)
     loaded_chain(K, 0.5)
     compiles.clear()

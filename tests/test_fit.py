@@ -483,14 +483,8 @@ def test_fused_forward_jacobian_is_the_plain_derivative():
     np.testing.assert_allclose(grads[0][0], grads[1][0], rtol=1e-12)
 
 
-def test_a_new_observe_lambda_reuses_the_compiled_solve():
+def test_a_new_observe_lambda_reuses_the_compiled_solve(compiles):
     """A lambda re-created for every fit (a loop over datasets) must not recompile the solve."""
-    import jax
-
-    compiles = []
-    jax.monitoring.register_event_duration_secs_listener(
-        lambda event, duration, **kw: compiles.append(event)
-        if event == "/jax/core/compile/backend_compile_duration" else None)
 
     def observe_position():
         return lambda y: y[0]
@@ -503,17 +497,12 @@ def test_a_new_observe_lambda_reuses_the_compiled_solve():
     np.testing.assert_allclose(again.params["omega"], 2.0, atol=4 * float(again.standard_errors["omega"]))
 
 
-def test_new_observation_times_reuse_the_compiled_solve_and_their_own_start():
+def test_new_observation_times_reuse_the_compiled_solve_and_their_own_start(compiles):
     """The segment start times were static fields of the compiled problem: a new first time
     (a series starting at 0.5 instead of 0) recompiled the whole solve. They are values now,
     so the program is reused; the drive depends on absolute time, so a stale start would fit
     the second series wrongly."""
-    import jax
 
-    compiles = []
-    jax.monitoring.register_event_duration_secs_listener(
-        lambda event, duration, **kw: compiles.append(event)
-        if event == "/jax/core/compile/backend_compile_duration" else None)
     truth = DampedDrivenOscillator(omega=2.0, zeta=0.1, drive_amplitude=1.0, drive_frequency=1.3)
     guess = DampedDrivenOscillator(omega=1.5, zeta=0.3, drive_amplitude=1.0, drive_frequency=1.3)
     series = []

@@ -253,14 +253,9 @@ def test_forward_adjoint_gives_forward_derivatives_and_refuses_reverse_mode_by_n
             reverse(28.0)
 
 
-def test_a_new_observable_lambda_reuses_the_compiled_solve():
+def test_a_new_observable_lambda_reuses_the_compiled_solve(compiles):
     """Observables were static arguments compared by identity: a lambda re-created for every
     call (same code) recompiled the Diffrax solve; `simulate` keyed them by code already."""
-    compiles = []
-    jax.monitoring.register_event_duration_secs_listener(
-        lambda event, duration, **kw: compiles.append(event)
-        if event == "/jax/core/compile/backend_compile_duration" else None)
-
     def observables(scale):
         return {"sx": lambda t, y, s: scale * y[0]}
 

@@ -173,13 +173,13 @@ def sweep(
       - `run`: `run(system, state0, key) -> pytree`, any unbatched, jittable rollout.
 
       Python numbers among these keyword arguments (`dt`, `t0`, `t1`, ...) are compile-time
-      constants, as under `jax.jit`: a new value compiles the chunk anew (~0.5 s for a small
+      constants (as non-array arguments of `eqx.filter_jit` are): a new value compiles the chunk anew (~0.5 s for a small
       fixed-step model, a few seconds for a Diffrax solve). To vary a fixed-step rollout's `dt`
       or `t0` from call to call without recompiling, pass them as JAX arrays (`jnp.asarray(dt)`).
     - `output`: `output(result) -> pytree`, what to keep of each member (e.g.
       `lambda traj: traj.final_state`); default the whole result. Small outputs make large
-      sweeps cheap. The compiled chunk is reused across calls for equal `output`, `run` and
-      observables: plain functions are compared by their code and captured values
+      sweeps cheap. The compiled chunk is reused across calls for equal `output`, `run`,
+      observables, `Streaming` reductions and `Axis(where=...)`: plain functions are compared by their code and captured values
       (`sciax._callable_key`), so a `lambda` re-created at every call (in a loop) reuses it;
       one that closes over another value, over something mutable (a dict, a NumPy array,
       `self`), or a callable object that is not equal, compiles anew (a per-call lambda ran
@@ -775,8 +775,9 @@ def _keyed_by_code(reduction):
     re-created at every call (lambdas in a loop) reuses the compiled chunk; others as they are."""
     if not isinstance(reduction, Streaming):
         return reduction
+    # `finalize` runs on the host, from the plan's own reductions: it has no place in the chunk's key
     return dataclasses.replace(reduction, partial=by_code(reduction.partial), merge=by_code(reduction.merge),
-                               finalize=None if reduction.finalize is None else by_code(reduction.finalize))
+                               finalize=None)
 
 
 def _chunk_runner(mesh):
