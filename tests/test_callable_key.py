@@ -18,10 +18,6 @@ from sciax.integrators import RK4
 from sciax.systems import DampedDrivenOscillator, Lorenz
 
 FACTOR = 2.0
-COMPILES = []
-jax.monitoring.register_event_duration_secs_listener(
-    lambda event, duration, **kw: COMPILES.append(event) if event == "/jax/core/compile/backend_compile_duration"
-    else None)
 
 
 def component(i):
@@ -246,7 +242,7 @@ def test_rebinding_a_referenced_global_changes_the_key_and_the_result():
         FACTOR = 2.0
 
 
-def test_simulate_with_a_new_lambda_reuses_the_compiled_rollout_and_other_closures_do_not():
+def test_simulate_with_a_new_lambda_reuses_the_compiled_rollout_and_other_closures_do_not(compiles):
     system, y0 = DampedDrivenOscillator(omega=2.0, zeta=0.1), jnp.array([1.0, 0.0])
 
     def run(observable):
@@ -254,14 +250,14 @@ def test_simulate_with_a_new_lambda_reuses_the_compiled_rollout_and_other_closur
         return jax.block_until_ready(traj.observables["o"])
 
     one = run(scaled(1.0))
-    COMPILES.clear()
+    compiles.clear()
     again = run(scaled(1.0))
-    assert COMPILES == []
+    assert compiles == []
     np.testing.assert_array_equal(again, one)
     np.testing.assert_allclose(run(scaled(2.0)), 2 * one, rtol=1e-15)
 
 
-def test_sweep_with_a_new_output_lambda_does_not_recompile():
+def test_sweep_with_a_new_output_lambda_does_not_recompile(compiles):
     system, u0 = Lorenz(), jnp.array([1.0, 1.0, 1.0])
     rho = jnp.linspace(20.0, 30.0, 8)
     options = dict(integrator=RK4(), dt=0.01, n_steps=20, save_every=20)
@@ -271,14 +267,14 @@ def test_sweep_with_a_new_output_lambda_does_not_recompile():
                            output=lambda traj: traj.final_state[i]).outputs
 
     x = run(0)
-    COMPILES.clear()
+    compiles.clear()
     np.testing.assert_array_equal(run(0), x)
-    assert COMPILES == []
+    assert compiles == []
     z = run(2)
     assert not np.array_equal(z, x)
 
 
-def test_sweep_with_a_new_streaming_reduction_or_axis_where_does_not_recompile():
+def test_sweep_with_a_new_streaming_reduction_or_axis_where_does_not_recompile(compiles):
     """`Streaming` reductions and `Axis(where=...)` were compared by identity: re-created at every
     call (lambdas in a loop) they recompiled the chunk, unlike `output`, `run` and observables."""
     from sciax.ensemble import Axis, Streaming
@@ -296,9 +292,9 @@ def test_sweep_with_a_new_streaming_reduction_or_axis_where_does_not_recompile()
 
     m2, finals = run(2)
     np.testing.assert_allclose(m2, np.mean(finals ** 2, axis=0), rtol=1e-13)
-    COMPILES.clear()
+    compiles.clear()
     again, _ = run(2)
-    assert COMPILES == []
+    assert compiles == []
     np.testing.assert_array_equal(again, m2)
     m3, _ = run(3)  # another captured value: compiled anew, its own result
     np.testing.assert_allclose(m3, np.mean(finals ** 3, axis=0), rtol=1e-13)

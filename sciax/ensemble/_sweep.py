@@ -173,17 +173,19 @@ def sweep(
       - `run`: `run(system, state0, key) -> pytree`, any unbatched, jittable rollout.
 
       Python numbers among these keyword arguments (`dt`, `t0`, `t1`, ...) are compile-time
-      constants (as non-array arguments of `eqx.filter_jit` are): a new value compiles the chunk anew (~0.5 s for a small
-      fixed-step model, a few seconds for a Diffrax solve). To vary a fixed-step rollout's `dt`
-      or `t0` from call to call without recompiling, pass them as JAX arrays (`jnp.asarray(dt)`).
+      constants (as non-array arguments of `eqx.filter_jit` are): a new value compiles the
+      chunk anew (~0.5 s for a small fixed-step model, a few seconds for a Diffrax solve). To
+      vary a fixed-step rollout's `dt` or `t0` from call to call without recompiling, pass them
+      as JAX arrays (`jnp.asarray(dt)`).
     - `output`: `output(result) -> pytree`, what to keep of each member (e.g.
       `lambda traj: traj.final_state`); default the whole result. Small outputs make large
       sweeps cheap. The compiled chunk is reused across calls for equal `output`, `run`,
-      observables, `Streaming` reductions and `Axis(where=...)`: plain functions are compared by their code and captured values
-      (`sciax._callable_key`), so a `lambda` re-created at every call (in a loop) reuses it;
-      one that closes over another value, over something mutable (a dict, a NumPy array,
-      `self`), or a callable object that is not equal, compiles anew (a per-call lambda ran
-      1e5 Lorenz members at 1.75e8 trajectory-steps/s before this, 1.17e9 now, one core).
+      observables, `Streaming` reductions and `Axis(where=...)`: plain functions are compared
+      by their code and captured values (`sciax._callable_key`), so a `lambda` re-created at
+      every call (in a loop) reuses it; one that closes over another value, over something
+      mutable (a dict, a NumPy array, `self`), or a callable object that is not equal,
+      compiles anew (a per-call lambda ran 1e5 Lorenz members at 1.75e8 trajectory-steps/s
+      before this, 1.17e9 now, one core).
     - `reduce`: reductions over members computed chunk by chunk: a name (`"mean"`, `"var"`,
       `"std"`, `"min"`, `"max"`, `"sum"`, `"count"`, `"median"`), a list of names, or a dict
       result name -> reduction (`Mean()`, `Variance(ddof=1)`, `Quantile([0.05, 0.95])`,
