@@ -15,6 +15,7 @@ from ._collector import with_fewer_collections
 from ._forward_only import forward_only
 from ._trajectory import Trajectory
 from ._validation import (
+    check_derivative,
     check_finite_state,
     check_precision,
     check_time_scalar,
@@ -358,6 +359,7 @@ def _frame_is_finite(states, n_frames):
 @eqx.filter_jit
 def _solve(system, y0, t0, t1, save_at, solver, controller, dt0, max_steps, adjoint, args,
            observables, throw) -> Trajectory:
+    check_derivative("solve", system, "vector_field", t0, y0, args)  # while tracing: once per compilation
     t0_, t1_, save_at_, dt0_ = _refuse_unsupported_derivatives(adjoint, t0, t1, save_at, dt0)
     solution = dfx.diffeqsolve(
         dfx.ODETerm(_vector_field), solver, t0_, t1_, dt0_, y0, args=(system, args),

@@ -222,3 +222,44 @@ def astype(tree, dtype):
         if isinstance(x, jax.Array | np.ndarray | np.generic) and jnp.issubdtype(x.dtype, jnp.floating) else x,
         tree,
     )
+
+
+def describe_structure(tree) -> str:
+    """The structure, shapes and dtypes of a pytree, for error messages: `array of shape (2,) and
+    dtype float64`, or `PhaseSpace(positions=(3, 2) float64, velocities=(3, 2) float64)`."""
+    leaves, treedef = jtu.tree_flatten(tree)
+    if jtu.treedef_is_leaf(treedef):
+        return describe(tree)
+    shown = jtu.tree_unflatten(treedef, [_Shown(x) for x in leaves])
+    return f"{type(tree).__name__} {shown!r}" if not isinstance(tree, (tuple, list, dict)) else repr(shown)
+
+
+class _Shown:
+    def __init__(self, x):
+        self.text = f"{tuple(np.shape(x))} {jnp.result_type(x)}" if hasattr(x, "dtype") else type(x).__name__
+
+    def __repr__(self):
+        return self.text
+
+
+def check_derivative(where: str, system, method: str, t, y, args) -> None:
+    """Raise `StateMismatchError` unless `system.<method>(t, y, args)` (the vector field, or an
+    SDE's diffusion) returns a pytree of the structure, shapes and dtypes of the state `y`.
+
+    Evaluated abstractly (`jax.eval_shape`: no computation), so it may be called while a
+    program is being traced. Without it, a vector field returning shape `(1,)` for a state of
+    shape `(2,)` would be broadcast by `y + dt * f` and give a wrong trajectory without error.
+    """
+    import equinox as eqx
+
+    got = eqx.filter_eval_shape(lambda s, t_, y_, a: getattr(s, method)(t_, y_, a), system, t, y, args)
+    want = jtu.tree_map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)), y)
+    same = jtu.tree_structure(got) == jtu.tree_structure(want) and all(
+        hasattr(g, "shape") and tuple(g.shape) == tuple(w.shape) and g.dtype == w.dtype
+        for g, w in zip(jtu.tree_leaves(got), jtu.tree_leaves(want), strict=True))
+    if not same:
+        raise StateMismatchError(
+            f"{where}: {type(system).__name__}.{method}(t, y, args) returned {describe_structure(got)} for a "
+            f"state y that is {describe_structure(want)}; it must return one value per state component, "
+            "with the state's structure, shapes and dtype (a smaller array would be broadcast against "
+            "the state and give a wrong trajectory).")
