@@ -36,7 +36,7 @@ from .systems._base import AbstractODE
 @with_fewer_collections
 def simulate(
     system,
-    state0,
+    state0=None,
     *,
     integrator: AbstractIntegrator,
     dt,
@@ -50,6 +50,7 @@ def simulate(
     adjoint: AbstractAdjoint = CheckpointAdjoint(),
     check_finite: bool = False,
     step_offset=0,
+    carry0=None,
 ) -> Trajectory:
     """Step `system` from `state0` with a fixed step and save every `save_every` steps.
 
@@ -85,7 +86,8 @@ def simulate(
       starting from the previous final state) is bitwise equal to one call. Step indices are
       JAX integers: `step_offset + n_steps` must stay below 2**31 unless x64 is on.
 
-    **Returns:** a `Trajectory`, as soon as the rollout is queued (asynchronous dispatch, as with
+    **Returns:** a `Trajectory` (its `final_carry` is the loop carry after the last step), as
+    soon as the rollout is queued (asynchronous dispatch, as with
     `jax.jit`; `check_finite=True` waits for it), so the host can prepare the next call or write
     the previous result while it runs.
 
@@ -99,6 +101,15 @@ def simulate(
                           integrator=sciax.integrators.RK4(), dt=0.01, n_steps=1000, save_every=10)
     ```
     """
+    if carry0 is not None:
+        if state0 is not None:
+            raise TypeError("simulate: pass either `state0` or `carry0` (a `final_carry` to continue from), not both.")
+        if not isinstance(integrator, AbstractIntegrator):  # (refused with its own message by _validate)
+            raise TypeError(f"simulate: `integrator` must be a sciax.integrators method such as RK4(), "
+                            f"got {type(integrator).__name__}.")
+        state0 = integrator.state(carry0)  # validated as the state it carries
+    elif state0 is None:
+        raise TypeError("simulate: `state0` (the initial state) is required, or `carry0` to continue a run.")
     n_steps, save_every, dtype = _validate(
         system, state0, integrator, dt, n_steps, save_every, key, observables, adjoint
     )
@@ -127,11 +138,14 @@ def simulate(
             f"simulate: a stochastic run can take at most 2**32 steps: the key of step n is "
             f"fold_in(key, n), which keeps 32 bits of n, so later steps would repeat earlier noise "
             f"(step_offset={int(step_offset)}, n_steps={n_steps}). Continue with a new key instead.")
-    componentwise = _use_componentwise_layout(system, state0)
+    if carry0 is None:
+        componentwise = _use_componentwise_layout(system, state0)
+    else:  # a carry of a componentwise run holds its state as a tuple of scalar components
+        componentwise = isinstance(state0, tuple) and getattr(system, "n_components", None) == len(state0)
     try:
         traj = _rollout(
-            system, state0, integrator, dt, t0, key, args, observables, n_steps, save_every,
-            save_states, adjoint, componentwise, step_offset,
+            system, state0 if carry0 is None else None, integrator, dt, t0, key, args, observables, n_steps,
+            save_every, save_states, adjoint, componentwise, step_offset, carry0,
         )
     except TypeError as err:
         # JAX's own words name neither the adjoint nor the fix.
@@ -265,7 +279,7 @@ def _frame_is_finite(state):
 
 @async_filter_jit  # returns before the rollout has run, so a host loop can overlap it
 def _rollout(system, state0, integrator, dt, t0, key, args, observables, n_steps, save_every,
-             save_states, adjoint, componentwise, step_offset):
+             save_states, adjoint, componentwise, step_offset, carry0=None):
     frames = _Frames(integrator, observables, save_every, n_steps // save_every, save_states,
                      componentwise, adjoint)
     # Inside an enclosing jit (`sweep`, jit(vmap(simulate))) `dt` and `t0` arrive as constants.
@@ -277,23 +291,24 @@ def _rollout(system, state0, integrator, dt, t0, key, args, observables, n_steps
     # members between 1 and 4 devices before. This depends on XLA's pass order (jax 0.10.2);
     # tests/test_sharding.py checks it.
     dt, t0 = lax.optimization_barrier((dt, t0))
-    y0 = tuple(state0[i] for i in range(state0.shape[0])) if componentwise else state0
-    carry0 = integrator.init(system, frames.time(t0, dt, step_offset), y0, args)
+    if carry0 is None:
+        y0 = tuple(state0[i] for i in range(state0.shape[0])) if componentwise else state0
+        carry0 = integrator.init(system, frames.time(t0, dt, step_offset), y0, args)
     if isinstance(adjoint, ReversibleAdjoint):
         # The observables' closed-over values become inputs of the custom VJP (a value traced
         # by an enclosing jit/vmap/grad cannot be closed over by its backward pass), which also
         # gives them cotangents.
         example = (frames.time(t0, dt, step_offset), frames.to_user(integrator.state(carry0)), system)
         observables = {name: eqx.filter_closure_convert(fn, *example) for name, fn in observables.items()}
-        saved = _reversible_frames((system, carry0, dt, args, t0, observables), frames, step_offset)
+        final_carry, saved = _reversible_frames((system, carry0, dt, args, t0, observables), frames, step_offset)
     else:
-        saved = frames.scan(system, carry0, dt, t0, key, args, step_offset)[1]
+        final_carry, saved = frames.scan(system, carry0, dt, t0, key, args, step_offset)
     first = frames.record(system, carry0, frames.time(t0, dt, step_offset))
     if componentwise and first[0] is not None:  # one array per component: stack them now
         first, saved = (frames.to_user(first[0]), *first[1:]), (jnp.stack(saved[0], axis=-1), *saved[1:])
     states, obs, finite = jtu.tree_map(lambda a, b: jnp.concatenate([a[None], b]), first, saved)
     times = frames.time(t0, dt, step_offset + jnp.arange(frames.n_frames + 1) * save_every)
-    return Trajectory(times=times, states=states, observables=obs, finite=finite)
+    return Trajectory(times=times, states=states, observables=obs, finite=finite, final_carry=final_carry)
 
 
 class _Frames(eqx.Module):
@@ -392,18 +407,18 @@ _JVP_OF_CUSTOM_VJP = "can't apply forward-mode autodiff (jvp) to a custom_vjp fu
 @eqx.filter_custom_vjp
 def _reversible_frames(diff, frames: _Frames, step_offset):
     system, carry0, dt, args, t0, observables = diff
-    return frames.scan(system, carry0, dt, t0, None, args, step_offset, observables)[1]
+    return frames.scan(system, carry0, dt, t0, None, args, step_offset, observables)
 
 
 @_reversible_frames.def_fwd
 def _reversible_frames_fwd(perturbed, diff, frames: _Frames, step_offset):
     system, carry0, dt, args, t0, observables = diff
     final_carry, saved = frames.scan(system, carry0, dt, t0, None, args, step_offset, observables)
-    return saved, final_carry
+    return (final_carry, saved), final_carry
 
 
 @_reversible_frames.def_bwd
-def _reversible_frames_bwd(final_carry, ct_saved, perturbed, diff, frames: _Frames, step_offset):
+def _reversible_frames_bwd(final_carry, ct_out, perturbed, diff, frames: _Frames, step_offset):
     """Walk back from the final carry: rebuild each earlier carry by a step of -dt, then pull
     the cotangent through the forward step with jax.vjp. Memory: O(1) in the number of steps.
 
@@ -416,21 +431,29 @@ def _reversible_frames_bwd(final_carry, ct_saved, perturbed, diff, frames: _Fram
     sys_diff, sys_static = eqx.partition(system, eqx.is_inexact_array)
     args_diff, args_static = eqx.partition(args, eqx.is_inexact_array)
     obs_diff, obs_static = eqx.partition(observables, eqx.is_inexact_array)
-    ct_states, ct_obs, _ = ct_saved
+    ct_final, (ct_states, ct_obs, _) = ct_out
+    # Only the carry's floating leaves are differentiated; integer leaves (a neighbour list, a
+    # status) are rebuilt by the backward steps and passed through.
 
-    def step_from(sys_d, carry, dt_, args_d, t0_, n):
-        return integrator.step(eqx.combine(sys_d, sys_static), frames.time(t0_, dt_, step_offset + n), carry, dt_,
-                               None, eqx.combine(args_d, args_static))
+    def split(carry):
+        return eqx.partition(carry, eqx.is_inexact_array)
 
-    def record_diff(sys_d, carry, dt_, t0_, obs_d, n):
-        state, obs, _ = frames.record(eqx.combine(sys_d, sys_static), carry, frames.time(t0_, dt_, step_offset + n),
-                                      eqx.combine(obs_d, obs_static))
+    def step_from(sys_d, carry_d, carry_static, dt_, args_d, t0_, n):
+        carry = integrator.step(eqx.combine(sys_d, sys_static), frames.time(t0_, dt_, step_offset + n),
+                                eqx.combine(carry_d, carry_static), dt_, None, eqx.combine(args_d, args_static))
+        return split(carry)[0]
+
+    def record_diff(sys_d, carry_d, carry_static, dt_, t0_, obs_d, n):
+        state, obs, _ = frames.record(eqx.combine(sys_d, sys_static), eqx.combine(carry_d, carry_static),
+                                      frames.time(t0_, dt_, step_offset + n), eqx.combine(obs_d, obs_static))
         return state, obs
 
     def back_step(acc, n):
         carry_next, ct_carry, g_sys, g_dt, g_args, g_t0, g_obs = acc
         carry = integrator.step(system, frames.time(t0, dt, step_offset + n + 1), carry_next, -dt, None, args)
-        _, vjp = jax.vjp(lambda s, c, h, a, t: step_from(s, c, h, a, t, n), sys_diff, carry, dt, args_diff, t0)
+        carry_d, carry_static = split(carry)
+        _, vjp = jax.vjp(lambda s, c, h, a, t: step_from(s, c, carry_static, h, a, t, n), sys_diff, carry_d, dt,
+                         args_diff, t0)
         d_sys, d_carry, d_dt, d_args, d_t0 = vjp(ct_carry)
         return (carry, d_carry, _tree_add(g_sys, d_sys), g_dt + d_dt, _tree_add(g_args, d_args), g_t0 + d_t0,
                 g_obs), None
@@ -439,8 +462,9 @@ def _reversible_frames_bwd(final_carry, ct_saved, perturbed, diff, frames: _Fram
         carry_end, ct_carry, g_sys, g_dt, g_args, g_t0, g_obs = acc
         last = (frame + 1) * frames.save_every
         ct_frame = (None if ct_states is None else _index(ct_states, frame), _index(ct_obs, frame))
-        out, vjp = jax.vjp(lambda s, c, h, t, o: record_diff(s, c, h, t, o, last), sys_diff, carry_end, dt, t0,
-                           obs_diff)
+        carry_d, carry_static = split(carry_end)
+        out, vjp = jax.vjp(lambda s, c, h, t, o: record_diff(s, c, carry_static, h, t, o, last), sys_diff, carry_d,
+                           dt, t0, obs_diff)
         d_sys, d_carry, d_dt, d_t0, d_obs = vjp(_zeros_where_none(ct_frame, out))
         acc = (carry_end, _tree_add(ct_carry, d_carry), _tree_add(g_sys, d_sys), g_dt + d_dt, g_args, g_t0 + d_t0,
                _tree_add(g_obs, d_obs))
@@ -448,7 +472,9 @@ def _reversible_frames_bwd(final_carry, ct_saved, perturbed, diff, frames: _Fram
         return acc, None
 
     zeros = lambda tree: jtu.tree_map(jnp.zeros_like, tree)  # noqa: E731
-    acc0 = (final_carry, zeros(final_carry), zeros(sys_diff), jnp.zeros_like(dt), zeros(args_diff),
+    final_d = split(final_carry)[0]
+    ct_carry = zeros(final_d) if ct_final is None else _zeros_where_none(ct_final, final_d)
+    acc0 = (final_carry, ct_carry, zeros(sys_diff), jnp.zeros_like(dt), zeros(args_diff),
             jnp.zeros_like(t0), zeros(obs_diff))
     acc, _ = lax.scan(back_block, acc0, frames.n_frames - 1 - jnp.arange(frames.n_frames))
     _, ct_carry0, g_sys, g_dt, g_args, g_t0, g_obs = acc

@@ -18,6 +18,9 @@ class Trajectory(eqx.Module):
     - `observables`: dict name -> `(n_frames, ...)` array of each observable per frame.
     - `finite`: `(n_frames,)` bool, whether every leaf of that frame's state is finite.
     - `stats`: dict of solver statistics (e.g. Diffrax's accepted/rejected step counts).
+    - `final_carry`: `simulate`'s integrator loop carry after the last step (the state plus
+      whatever the integrator keeps between steps); pass it as `simulate(..., carry0=...)` to
+      continue the run bitwise. `None` for `solve`.
 
     Under `jax.vmap` every field gains the ensemble axis in front.
     """
@@ -27,6 +30,7 @@ class Trajectory(eqx.Module):
     observables: dict
     finite: jax.Array
     stats: dict = eqx.field(default_factory=dict)
+    final_carry: object = None
 
     @property
     def final_state(self):
