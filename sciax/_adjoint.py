@@ -8,9 +8,8 @@
   differentiated (`save_every` of them, or ~2√save_every when `save_every` > `nest_above`
   = 64, where the block is checkpointed once more in ~√save_every sub-blocks). Forward mode works too.
   Gradients equal `DirectAdjoint`'s.
-  The default: measured on a 1,000-member, 1,000-step RK4 Lorenz loss (float64, one core)
-  its forward+gradient took 5–6x the forward, against ~30x for `DirectAdjoint`, whose
-  stored intermediates make the backward pass memory-bound.
+  The default: `DirectAdjoint`'s stored intermediates make its backward pass memory-bound,
+  several times slower on the benchmark gradient (`benchmarks/README.md`, `gradient`).
 """
 
 import equinox as eqx
@@ -34,9 +33,7 @@ class CheckpointAdjoint(AbstractAdjoint):
       only the per-step carry (not every intermediate of the vector field) is stored.
     - `nest_above`: blocks of more steps than this are checkpointed once more, in ~√save_every
       sub-blocks: the backward pass then stores ~2√save_every carries per block instead of
-      save_every, for one more forward replay (measured on a 512-particle chain, float64, one
-      core: 10^4 steps in 10 frames, 37.7 MB -> 3.2 MB and 410 -> 446 ms; 10^5 steps,
-      370 MB -> 8.3 MB). `None`: never.
+      save_every, for one more forward replay. `None`: never.
     """
 
     checkpoint_steps: bool = eqx.field(static=True, default=True)

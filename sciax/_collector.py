@@ -14,11 +14,8 @@ equations, MLIR operations), most of them alive until the program is built. So a
 runs about a hundred young collections and usually one full collection of everything that
 importing JAX and its dependencies left behind. None of them finds much to free.
 
-Measured on the benchmark fit (damped oscillator, `fit(compilation="fast")`, one core,
-CPython 3.11, `gc.callbacks`):
-- the first fit ran 91 young, 8 middle and 1 full collection;
-- they took 0.12 s of its 0.80 s, 0.10 s of it the full one;
-- the young and middle ones freed nothing, and the full one freed 67 objects.
+On the benchmark fit the first call ran 91 young, 8 middle and 1 full collection, which freed
+67 objects (counts and timings: `benchmarks/results/2026-11-23-fit.md`).
 
 `fewer_collections` raises the young threshold to `TRACING_THRESHOLD` for the whole of a call
 to one of sciax's entry points (`simulate`, `solve`, `sweep`, `fit`, `equilibrium`), running
@@ -29,7 +26,7 @@ included, and puts the old value back afterwards.
   changed while the block runs. Other code that saves the threshold inside the block and
   restores it after the block has ended therefore leaves `TRACING_THRESHOLD` in place.
 - The collections skipped are deferred, not lost. The first young collection after the block
-  walks what survived it, ~20 ms after the fit above. The full collection comes when enough
+  walks what survived it. The full collection comes when enough
   objects have survived, as it would have: later in the process, or never in a short one.
 - Blocks nest and may run on several threads: the last one out restores the threshold. A
   process forked inside a block keeps only the forking thread's blocks.

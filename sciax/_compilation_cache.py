@@ -1,15 +1,12 @@
 """Opt-in persistent compilation cache: compiled XLA programs kept on disk between processes.
 
 Most of the time of a *first* call in a fresh process is XLA compiling the program, not
-running it: measured on this project's machine (one core, float64), the damped-oscillator
-`fit` of `benchmarks/suites/fit.py` took 2.6–2.9 s in a fresh process, of which ~2.0 s was
-XLA compiling the solve, against 0.79 s when the same program came from JAX's persistent
-cache (the rest is tracing and lowering, which the cache cannot skip). Each later fit in the
-same process takes ~25 ms either way.
+running it; with the cache warm only tracing and lowering remain (the benchmark fit's figures:
+`benchmarks/README.md`, `fit`).
 
 This wraps JAX's own cache (`jax_compilation_cache_dir`); nothing about the programs changes.
 `fit` also keeps its solve traced and lowered in the same directory (`_program_cache.py`), so
-a fresh process skips tracing and lowering as well: 0.25–0.32 s for that first fit.
+a fresh process skips tracing and lowering as well.
 The key JAX computes covers the program, the compile options, the device and the jax/jaxlib
 versions, so a stale entry is never used. `sciax run` turns it on (see `sciax run --help`);
 library users call `enable_compilation_cache()` once, at the top of a script.

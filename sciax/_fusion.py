@@ -3,8 +3,7 @@
 Why. XLA:CPU's loop fusion gives every output of a time step its own fused loop, and each of
 those loops recomputes everything its output depends on. One RK4 step of the Lorenz system
 has three outputs (x, y, z), each of which depends on all four stages, so the step was emitted
-as three loops of 66–70 operations each where about 55 in one loop would do: the ensemble
-forward ran at 1.1e9 trajectory-steps/s against the 2.2e9 of a hand-written C loop.
+as three loops of 66–70 operations each where about 55 in one loop would do.
 
 How. `fuse_values(tree)` is the identity on values. On CPU it is lowered as one variadic
 `reduce` over a new leading axis of size 2 whose rows are the arrays and −0.0 (0 for
@@ -27,9 +26,8 @@ so forward mode fuses the tangents of a step's outputs too, and its transpose fu
 forward, but in reverse mode it fuses the cotangents flowing back into `tree`: put it on a
 step's *inputs* and the backward step computes all of their cotangents in one loop.
 
-Measured (one core, AMD EPYC AVX-512, Lorenz, 10^5 members x 1,000 steps, final state, `sweep`):
-RK4 float32 85-89 -> 51-53 ms, RK4 float64 170 -> 100 ms, Tsit5 float32 246 -> 107 ms, with
-bitwise identical results.
+Effect on the Lorenz ensemble (about 1.7x on one core, bitwise the same):
+`benchmarks/results/2026-11-22-design-measurements.md`.
 """
 
 import jax

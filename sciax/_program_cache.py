@@ -2,11 +2,8 @@
 
 JAX's persistent compilation cache (`enable_compilation_cache`, or `jax_compilation_cache_dir`)
 stores what XLA compiled. Its key is the lowered program, so a new process must still trace its
-Python and lower the result before the cache is looked up. Measured for the damped-oscillator
-`fit` of `benchmarks/suites/fit.py` (one core, float64), that cost was:
-- 0.35 s of tracing, mostly inside Optimistix and Lineax;
-- 0.17 s of lowering.
-SciPy's whole first fit takes 0.43 s.
+Python and lower the result before the cache is looked up; for a small `fit` that is most of a
+warm first call (mostly tracing Optimistix and Lineax; figures in `benchmarks/results/2026-11-22-fit.md`).
 
 When that cache is on and is a local directory, `ProgramCache` also keeps the lowered program in
 `<cache dir>/sciax-programs/`, written with `jax.export` as serialised StableHLO. The key is
@@ -34,7 +31,7 @@ computed without tracing the program; it is the SHA-256 of:
     callback, a primitive that no library module defines (its rules are not in any version), an
     object of a user class.
 
-The probe costs one trace of the model (~0.05 s for the benchmark fit). A hit then costs
+The probe costs one trace of the model. A hit then costs
 deserialising, plus JAX's compilation-cache lookup when the compiled program is there too.
 
 Not checked (assumed): the libraries above are not edited in place, or monkeypatched, without a

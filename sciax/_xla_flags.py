@@ -1,10 +1,9 @@
 """CPU code-generation setting applied when sciax is imported (before JAX starts its backend).
 
 XLA's CPU compiler asks LLVM for 256-bit vectors by default, even on cores whose 512-bit units
-run at full rate. On this project's machines (AMD EPYC with AVX-512) 512-bit vectors made the
-Lorenz RK4 ensemble 1.78x faster in float32 (5.8e8 -> 1.03e9 trajectory-steps/s, one core,
-1e5 members) and 1.68x in float64, with bitwise-identical results (element-wise arithmetic does
-not depend on the vector width). So on CPUs that report `avx512f`, sciax adds
+run at full rate. 512-bit vectors give the same bits (element-wise arithmetic does not depend
+on the vector width) and run the Lorenz ensemble ~1.7x faster on AVX-512 cores
+(`benchmarks/results/2026-11-22-design-measurements.md`). So on CPUs that report `avx512f`, sciax adds
 `--xla_cpu_prefer_vector_width=512` to `XLA_FLAGS` (in front of the user's flags).
 
 It never overrides a vector width the user set, has no effect if JAX's backend was already
