@@ -39,23 +39,17 @@ from ._result import MEMBER, SweepResult
 _RESERVED = {"system", "state0", "y0", "key", "check_finite"}
 
 # Members per cache block inside a chunk on CPU devices with one thread each (a multiple of
-# LANES, see below). Measured
-# 2026-11-22 on one core (AMD EPYC, AVX-512), `sweep` over a Lorenz RK4 ensemble, 1e5 members,
-# 1,000 steps: one vmap over all members ran 9.6e8 (float32) / 4.9e8 (float64) trajectory-steps/s,
-# blocks of 8,192 members 1.10e9 / 5.7e8. Accelerators get no blocking: a GPU needs far more
-# members in flight than 8,192 to fill its cores, and blocks run one after another would leave it
-# mostly idle (8,388,608 members would be 1,024 blocks in sequence). On an H200 (2026-11-22,
-# jax 0.11.2) the unblocked sweep ran 8,388,608 Lorenz Tsit5 members, 1,000 float32 steps, in
-# 218 ms, copying the final states to host memory included; the blocked one was not timed there.
+# LANES, see below): a block's state stays in cache for all its steps (~15% faster than one vmap
+# on the Lorenz ensemble; benchmarks/results/2026-11-22-sweep-and-runner.md). Accelerators get no
+# blocking: a GPU needs far more members in flight than 8,192 to fill its cores, and blocks run
+# one after another would leave it mostly idle (8,388,608 members would be 1,024 blocks in sequence).
 _CACHE_BLOCK = 8192
 
 # Blocks pay for a small output per member (a final state, a few frames), not for a long saved
 # trajectory: `simulate` saves a componentwise state as one array per component and stacks them
 # into the user's layout after its time loop, and inside a block that is a strided transpose of
-# the block's whole output. Measured as above (float32, 1e5 members, 3 components, keeping the
-# saved states) with blocks / without: 11 frames (132 bytes of states per member) 89.6 / 105.0
-# ms, 26 frames (312 bytes) 109.0 / 119.1 ms, 51 frames (612 bytes) 188.3 / 166.6 ms, 101
-# frames (1,212 bytes) 297.9 / 227.2 ms. The threshold is compared with the whole kept output
+# the block's whole output, slower than no blocks above ~600 bytes per member
+# (benchmarks/results/2026-11-22-sweep-and-runner.md). The threshold is compared with the whole kept output
 # of a member (with `output=None` the Trajectory, times and finite flags included), so it is
 # crossed at fewer frames than these state sizes suggest (float32 Lorenz: ~30 frames).
 _CACHE_BLOCK_MAX_OUTPUT_BYTES = 512
@@ -67,11 +61,9 @@ def _platform(mesh) -> str:
 
 
 # With more than one core, XLA:CPU splits each kernel of a block over its threads, and a block
-# of 8,192 members is too small to pay for that: 1e5 float32 members on two cores took 121-124
-# ms in blocks of 8,192 (84 ms on one core), 96-101 ms in blocks of 16,384, 88-91 ms at 32,768,
-# 75 ms at 65,536 and 80-83 ms unblocked; 1e6 members: 1,169 / 699 / 672 ms in blocks of 8,192 /
-# 65,536 / unblocked (805 ms on one core in blocks of 8,192). So a block holds this many members
-# per thread when a device has several (measured on two cores only; more is an extrapolation).
+# of 8,192 members is too small to pay for that (block sizes measured on two cores:
+# benchmarks/results/2026-11-22-sweep-and-runner.md). So a block holds this many members per
+# thread when a device has several (measured on two cores only; more is an extrapolation).
 _CACHE_BLOCK_PER_THREAD = 32768
 
 
@@ -184,8 +176,7 @@ def sweep(
       by their code and captured values (`sciax._callable_key`), so a `lambda` re-created at
       every call (in a loop) reuses it; one that closes over another value, over something
       mutable (a dict, a NumPy array, `self`), or a callable object that is not equal,
-      compiles anew (a per-call lambda ran 1e5 Lorenz members at 1.75e8 trajectory-steps/s
-      before this, 1.17e9 now, one core).
+      compiles anew.
     - `reduce`: reductions over members computed chunk by chunk: a name (`"mean"`, `"var"`,
       `"std"`, `"min"`, `"max"`, `"sum"`, `"count"`, `"median"`), a list of names, or a dict
       result name -> reduction (`Mean()`, `Variance(ddof=1)`, `Quantile([0.05, 0.95])`,
@@ -370,8 +361,8 @@ def _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output
 
 
 # Output structures of one member, keyed on the abstract signature of what was traced. Tracing a
-# member to learn its structure took ~4 ms of the ~5.7 ms a 1e3-member Lorenz sweep spent per call
-# (one core): a sweep repeated with the same system structure, functions and dtypes skips it.
+# member to learn its structure is most of a small sweep's host time per call: a sweep repeated
+# with the same system structure, functions and dtypes skips it.
 _STRUCTURES: dict = {}
 _STRUCTURES_MAX = 64
 
@@ -765,10 +756,9 @@ class _ChunkConfig:
 # program had its divisions rewritten (float64, ~1e-16 relative, 7 of 100 members differed
 # between 1 and 4 devices; measured 2026-11-23, jax 0.10.2). Without CSE both reach the
 # simplifier alike. (The other difference, constants moved into the loop before the simplifier
-# runs, is why `simulate` hides `dt` and `t0` behind an optimisation barrier.) Cost, one core,
-# `sweep` of 10^5 Lorenz members x 1,000 float32 steps: RK4 51.3 -> 52.2 ms, Tsit5 106.2 -> 104.7
-# ms (noise); 4,096 three-body members, RK4, 1,000 steps: 507 -> 534 ms. Other platforms keep
-# XLA's defaults (not measured there).
+# runs, is why `simulate` hides `dt` and `t0` behind an optimisation barrier.) Cost on one core:
+# within noise to ~5% (benchmarks/results/2026-11-23-sweep.md). Other platforms keep XLA's
+# defaults (not measured there).
 _SAME_BITS_PASSES_OFF = ("cse",)
 
 
