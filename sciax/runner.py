@@ -11,8 +11,9 @@ Files in the output folder (default `runs/<scenario name>/`):
   the state has at most 64 components).
 - `plot.png`: a picture of the run (`[output] plot`).
 - `summary.json`: status, wall time, steps, steps/s, precision, drift of conserved quantities.
-- `checkpoint.npz`, `chunks/`: the state after the last completed chunk and the frames of each
-  chunk; `sciax run --resume` continues from them. `chunks/` is merged into `trajectory.npz`
+- `checkpoint.npz`, `chunks/`: the integrator's whole loop carry after the last completed chunk
+  (the state plus what the integrator keeps between steps; the initial state before the first
+  chunk) and the frames of each chunk; `sciax run --resume` continues from them. `chunks/` is merged into `trajectory.npz`
   after every run and may be deleted once a run is complete (the run then cannot be extended).
 
 Each chunk is one `simulate` call of `chunk_steps` steps (compiled once; a shorter last chunk
@@ -30,6 +31,7 @@ re-initialised from the state at each chunk boundary.
 import dataclasses
 import json
 import math
+import os
 import sys
 import time
 import typing
@@ -49,19 +51,18 @@ from ._simulate import simulate, time_resolution_problem
 from ._version import __version__
 from .scenario import MAX_AUTO_STATE_COLUMNS, Built, Scenario, ScenarioError
 
-CHECKPOINT_FORMAT = "sciax-checkpoint-1"
+CHECKPOINT_FORMAT = "sciax-checkpoint-2"  # its `state` entry holds the integrator's whole loop carry
+_STATE_ONLY_FORMAT = "sciax-checkpoint-1"  # holds the state alone: a run's first checkpoint, older runs
 _CHUNK_PREFIX = "frames_"
 
 
 class _Chunk(typing.NamedTuple):
-    """A dispatched chunk: its first global step, its length, its (possibly not yet computed)
-    trajectory and final state. The final state (a device-side `take` of the last frame) is
-    queued with the chunk, before the next chunk: taken later, it would wait for the next chunk."""
+    """A dispatched chunk: its first global step, its length and its (possibly not yet computed)
+    trajectory, whose `final_carry` the next chunk starts from."""
 
     offset: int
     n_steps: int
     traj: typing.Any
-    final_state: typing.Any
 
 
 class ResumeError(ScenarioError):
@@ -128,6 +129,25 @@ def _hms(seconds: float) -> str:
 
 
 # --------------------------------------------------------------------------- layout
+
+
+_CHECKPOINT_KEYS = ("format", "scenario_hash", "physics", "steps_done", "chunk_files", "csv_sizes")
+
+
+def _not_a_sciax_checkpoint(path: Path) -> str | None:
+    """None if `path` is a checkpoint a sciax run wrote (an `.npz` holding `meta`, a JSON record
+    with the checkpoint format string and the runner's keys); else why it is not."""
+    try:
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as data:
+            if "meta" not in data.files:
+                return f"its checkpoint.npz holds {sorted(data.files)}, not a sciax checkpoint's meta record"
+            meta = json.loads(str(data["meta"]))
+    except Exception as e:  # not an npz, torn, not JSON, ...
+        return f"its checkpoint.npz is not a readable sciax checkpoint: {type(e).__name__}"
+    if not isinstance(meta, dict) or meta.get("format") not in (CHECKPOINT_FORMAT, _STATE_ONLY_FORMAT) \
+            or any(k not in meta for k in _CHECKPOINT_KEYS):
+        return f"its checkpoint.npz is not a {CHECKPOINT_FORMAT} checkpoint"
+    return None
 
 
 _COPY_HEADER = "# copied by sciax"
@@ -204,8 +224,87 @@ def run(scenario: Scenario, out_dir=None, *, resume: bool = False, progress: boo
     layout = _Layout(Path(out_dir) if out_dir is not None else scenario.output_dir)
     report = _Progress(scenario.name, scenario.run.n_steps, stream, progress)
     driver = _Driver(scenario, built, layout, report)
-    driver.prepare(resume)
-    return driver.loop(max_chunks)
+    with _FolderLock(layout.root):
+        driver.prepare(resume)
+        return driver.loop(max_chunks)
+
+
+class OutputFolderBusyError(ScenarioError):
+    """Another `run` (in this or another process) is writing to the same output folder."""
+
+
+_LOCK_NAME = ".sciax.lock"
+
+
+class _FolderLock:
+    """An exclusive lock on an output folder for the length of a run: `fcntl.flock` on the file
+    `.sciax.lock` in it. The operating system releases it when the process ends, however it ends
+    (a killed run leaves no stale lock); a second run finds it held and refuses at once.
+
+    The lock file is removed on release, while still locked; a run that opened it just before
+    and then gets the lock finds its file unlinked (another inode at the path, or none) and
+    opens it again, so two runs never hold locks on two different files of the same name."""
+
+    def __init__(self, root: Path):
+        self.root, self.fd, self.created = root, None, False
+
+    def __enter__(self):
+        import fcntl
+
+        root = self.root
+        if root.exists() and not root.is_dir():
+            raise ScenarioError(f"the output folder {root} is an existing file, not a folder; choose another "
+                                "with --out or [output] dir.")
+        self.created = not root.exists()
+        root.mkdir(parents=True, exist_ok=True)
+        path = root / _LOCK_NAME
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_pid(fd)
+                os.close(fd)
+                raise OutputFolderBusyError(
+                    f"the output folder {root} is in use by another sciax run"
+                    f"{f' (process {holder})' if holder else ''}, and two runs in one folder would mix their "
+                    "files. Wait for it to finish (then --resume continues it if it was interrupted), or "
+                    "choose another folder with --out or [output] dir.") from None
+            except BaseException:
+                os.close(fd)
+                raise
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # released and unlinked by its holder between our open and our lock: again
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            (self.root / _LOCK_NAME).unlink(missing_ok=True)
+        except OSError:
+            pass
+        os.close(self.fd)  # releases the lock
+        if self.created:  # a folder this run made and left empty (refused before writing anything)
+            try:
+                self.root.rmdir()
+            except OSError:
+                pass
+        return False
+
+
+def _read_pid(fd) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode().strip()
+        return int(text) if text else None
+    except (OSError, ValueError):
+        return None
 
 
 class _Driver:
@@ -256,27 +355,34 @@ class _Driver:
         if resume and lay.checkpoint.exists():
             self._resume()
             return
+        self._refuse_foreign_files()
         if resume:
             self.report.message(f"{self.sc.name}: no checkpoint in {lay.root}; starting from step 0.")
         elif lay.checkpoint.exists():
             self.report.message(f"{self.sc.name}: replacing the previous run in {lay.root} "
                                 "(use --resume to continue it instead).")
-        self._refuse_foreign_files()
         self._fresh()
 
     def _refuse_foreign_files(self):
         """A fresh run replaces the files of a previous run in its folder; files of the same names
-        that no sciax run wrote (no checkpoint, no copied scenario) are someone else's: refuse."""
+        that no sciax run wrote (no sciax checkpoint, no copied scenario) are someone else's: refuse.
+        A `checkpoint.npz` counts only if it is a sciax checkpoint (its format string and metadata):
+        a file of that name is no proof on its own."""
         lay = self.layout
-        if lay.checkpoint.exists() or _copied_by_sciax(lay.scenario):
+        if _copied_by_sciax(lay.scenario):
             return
+        why = "no checkpoint.npz there"
+        if lay.checkpoint.exists():
+            why = _not_a_sciax_checkpoint(lay.checkpoint)
+            if why is None:
+                return
         clashes = [n for n in lay.FILES.values() if (lay.root / n).exists()]
         if lay.chunk_files():
             clashes.append(f"{lay.chunks.name}/")
         if clashes:
             raise ScenarioError(
                 f"the output folder {lay.root} holds {', '.join(clashes)}, which a run would overwrite, and "
-                "no sciax run wrote them (no checkpoint.npz there). Choose another folder with --out or "
+                f"no sciax run wrote them ({why}). Choose another folder with --out or "
                 "[output] dir, or move those files away.")
 
     def _fresh(self):
@@ -293,7 +399,7 @@ class _Driver:
         if self.write_states_csv:
             self.csv_sizes[lay.states_csv.name] = sio.write_csv_header(lay.states_csv,
                                                                        ["time", *self.state_columns])
-        self.state = self.b.state0
+        self.state, self.carry = self.b.state0, None
         self.steps_done = 0
         self.chunk_names = []
         self._checkpoint()
@@ -311,12 +417,10 @@ class _Driver:
     def _resume(self):
         lay = self.layout
         try:
-            state, meta = sio.load_checkpoint(lay.checkpoint, like=self.b.state0)
+            (state, carry), meta = self._load_checkpoint()
         except ValueError as e:
             raise ResumeError(f"cannot resume from {lay.checkpoint}: {e} Run without --resume to start over.") \
                 from None
-        if meta.get("format") != CHECKPOINT_FORMAT:
-            raise ResumeError(f"cannot resume: {lay.checkpoint} is not a {CHECKPOINT_FORMAT} checkpoint.")
         if meta["scenario_hash"] != self.sc.hash() and not self.sc.same_physics(meta["physics"]):
             changes = _diff(meta["physics"], self.sc.physics())
             raise ResumeError(
@@ -353,7 +457,7 @@ class _Driver:
         # it would describe the earlier, shorter run (a "completed" summary if this session dies).
         for p in [*lay.stale_temporaries(), lay.summary, lay.trajectory, lay.plot]:
             p.unlink(missing_ok=True)
-        self.state = state
+        self.state, self.carry = state, carry
         self.steps_done = meta["steps_done"]
         self.chunk_names = list(meta["chunk_files"])
         self.csv_sizes = dict(meta["csv_sizes"])
@@ -372,10 +476,10 @@ class _Driver:
         CSV rows), so the packaged outputs are exactly what the checkpoint covers."""
         lay = self.layout
         try:
-            state, meta = sio.load_checkpoint(lay.checkpoint, like=self.b.state0)
+            (state, carry), meta = self._load_checkpoint()
         except (OSError, ValueError):
             return
-        self.state, self.steps_done = state, meta["steps_done"]
+        self.state, self.carry, self.steps_done = state, carry, meta["steps_done"]
         self.chunk_names = list(meta["chunk_files"])
         self.csv_sizes = dict(meta["csv_sizes"])
         for name, size in self.csv_sizes.items():
@@ -384,13 +488,31 @@ class _Driver:
             except (OSError, ValueError):
                 pass  # --resume reports it
 
+    def _load_checkpoint(self):
+        """((state, None) or (None, carry), meta) of the checkpoint: a run's first checkpoint (and
+        those of older versions) hold the state, later ones the integrator's whole loop carry."""
+        path = self.layout.checkpoint
+        fmt = sio.checkpoint_meta(path).get("format")
+        if fmt == _STATE_ONLY_FORMAT:
+            state, meta = sio.load_checkpoint(path, like=self.b.state0)
+            return (state, None), meta
+        if fmt != CHECKPOINT_FORMAT:
+            raise ValueError(f"{path} is not a {CHECKPOINT_FORMAT} checkpoint.")
+        carry, meta = sio.load_checkpoint(path, like=self._carry_like())
+        return (None, carry), meta
+
+    def _carry_like(self):
+        """The structure, shapes and dtypes of the loop carry (traced, not run)."""
+        return jax.eval_shape(lambda: self._simulate(self.b.state0, None, 0, self.sc.run.save_every).final_carry)
+
     def _checkpoint(self):
-        meta = {"format": CHECKPOINT_FORMAT, "scenario_hash": self.sc.hash(), "physics": self.sc.physics(),
+        meta = {"format": CHECKPOINT_FORMAT if self.carry is not None else _STATE_ONLY_FORMAT,
+                "scenario_hash": self.sc.hash(), "physics": self.sc.physics(),
                 "outputs": self._output_settings(),
                 "steps_done": self.steps_done, "chunk_files": self.chunk_names, "csv_sizes": self.csv_sizes,
                 "elapsed_s": self.prior_elapsed + (time.monotonic() - self.start_wall),
                 "sciax_version": __version__}
-        sio.save_checkpoint(self.layout.checkpoint, self.state, meta)
+        sio.save_checkpoint(self.layout.checkpoint, self.state if self.carry is None else self.carry, meta)
 
     # -- the loop
 
@@ -413,9 +535,9 @@ class _Driver:
                 offset = self.steps_done if pending is None else pending.offset + pending.n_steps
                 queued = None
                 if offset < total and (max_chunks is None or dispatched < max_chunks):
-                    state = self.state if pending is None else pending.final_state
+                    state, carry = (self.state, self.carry) if pending is None else (None, pending.traj.final_carry)
                     try:
-                        queued = self._dispatch(state, offset, min(chunk, total - offset))
+                        queued = self._dispatch(state, carry, offset, min(chunk, total - offset))
                     except Exception:  # e.g. an error_if run at dispatch (CPU), out of memory: keep chunk k
                         if pending is not None:
                             with equinox_errors():
@@ -437,16 +559,20 @@ class _Driver:
             self._finalize("completed" if self.steps_done == total else "interrupted")
             raise
 
-    def _dispatch(self, state, offset: int, n_steps: int) -> "_Chunk":
-        """Queue one `simulate` call of `n_steps` steps from `state` (returns before it has run).
-        step_offset: the chunk continues the global step count (time t0 + n dt, key
-        fold_in(key, n)), so the chunked run is bitwise equal to one simulate call over the whole run."""
+    def _dispatch(self, state, carry, offset: int, n_steps: int) -> "_Chunk":
+        """Queue one `simulate` call of `n_steps` steps from `state` or, after the first chunk, from
+        the previous chunk's loop carry (returns before it has run)."""
+        return _Chunk(offset, n_steps, self._simulate(state, carry, offset, n_steps))
+
+    def _simulate(self, state, carry, offset: int, n_steps: int):
+        """step_offset: the chunk continues the global step count (time t0 + n dt, key
+        fold_in(key, n)), and from the whole carry, so the chunked run is bitwise equal to one
+        simulate call over the whole run."""
         with warnings.catch_warnings():  # the run's time resolution was checked once in `loop`
             warnings.filterwarnings("ignore", r"simulate: `dt` = .* is not above the spacing", RuntimeWarning)
-            traj = simulate(self.b.system, state, integrator=self.b.integrator, dt=self.dt, n_steps=n_steps,
-                            save_every=self.sc.run.save_every, t0=self.t0, key=self.b.key,
+            return simulate(self.b.system, state, carry0=carry, integrator=self.b.integrator, dt=self.dt,
+                            n_steps=n_steps, save_every=self.sc.run.save_every, t0=self.t0, key=self.b.key,
                             observables=self.b.observables, step_offset=jnp.asarray(offset, dtype=self.int_dtype))
-        return _Chunk(offset, n_steps, traj, traj.final_state)
 
     def _store(self, chunk: "_Chunk"):
         """Wait for a dispatched chunk, write its frames and CSV rows, then the checkpoint."""
@@ -467,7 +593,7 @@ class _Driver:
             self._write_frames(first_frame + keep_from, times[sl], states, obs, finite[sl])
         if bad is not None:
             self._non_finite(first_frame + bad, float(times[bad]))
-        self.state = chunk.final_state
+        self.state, self.carry = None, traj.final_carry
         self.steps_done = offset + n_steps
         self.session_steps += n_steps
         self._checkpoint()

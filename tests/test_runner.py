@@ -268,7 +268,7 @@ def test_an_error_when_dispatching_the_next_chunk_keeps_the_previous_chunk(tmp_p
     monkeypatch.setattr(runner._Driver, "_dispatch", failing_third)
     with pytest.raises(MemoryError):
         run(scenario(LORENZ), tmp_path, progress=False)
-    _, meta = sciax.io.load_checkpoint(tmp_path / "checkpoint.npz", like=np.zeros(3))
+    meta = sciax.io.checkpoint_meta(tmp_path / "checkpoint.npz")
     assert meta["steps_done"] == 200  # chunks 0 and 1, computed before the third dispatch failed
     assert len(list((tmp_path / "chunks").iterdir())) == 2
 
@@ -637,3 +637,84 @@ def test_running_a_copied_scenario_keeps_one_header(tmp_path):
     copied = sciax.scenario.load_scenario(tmp_path / "a" / "scenario.toml")
     run(copied, tmp_path / "a", progress=False)
     assert (tmp_path / "a" / "scenario.toml").read_text().count("# copied by sciax") == 1
+
+
+def test_a_second_run_into_the_same_folder_is_refused_while_the_first_runs(tmp_path, monkeypatch):
+    """Two runs writing one folder interleaved their CSV rows (time going backwards) and both
+    reported success. The second now refuses, naming the folder; the first is unharmed."""
+    from sciax import runner
+    from sciax.scenario import ScenarioError
+
+    s = scenario(LORENZ)
+    refusals = []
+    original = runner._Driver._store
+
+    def store_then_start_another(self, chunk):
+        original(self, chunk)
+        if not refusals:
+            with pytest.raises(ScenarioError, match=rf"the output folder {tmp_path} is in use by another "
+                                                            r"sciax run \(process \d+\)") as e:
+                run(s, tmp_path, progress=False)
+            refusals.append(e.value)
+            assert type(e.value).__name__ == "OutputFolderBusyError"
+
+    monkeypatch.setattr(runner._Driver, "_store", store_then_start_another)
+    result = run(s, tmp_path, progress=False)
+    assert len(refusals) == 1 and result.status == "completed"
+    assert_same(load_trajectory(tmp_path / "trajectory.npz"), direct(s))
+    times = np.loadtxt(tmp_path / "states.csv", delimiter=",", skiprows=1)[:, 0]
+    assert np.all(np.diff(times) > 0) and len(times) == s.run.n_steps // s.run.save_every + 1
+    assert not (tmp_path / ".sciax.lock").exists()  # released and removed
+    monkeypatch.undo()
+    assert run(s, tmp_path, progress=False).status == "completed"  # the folder is free again
+
+
+def test_a_folder_refused_for_foreign_files_is_left_as_it_was_also_when_created_for_the_lock(tmp_path):
+    (tmp_path / "summary.json").write_text('{"mine": 1}')
+    from sciax.scenario import ScenarioError
+
+    with pytest.raises(ScenarioError, match="no sciax run wrote them"):
+        run(scenario(LORENZ), tmp_path, progress=False)
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
+@pytest.mark.parametrize("arrays", [{"weights": np.arange(3.0)},
+                                    {"meta": np.array('{"format": "my-format"}'), "state": np.zeros(4, np.uint8)}],
+                         ids=["other-arrays", "other-format"])
+def test_a_checkpoint_npz_that_sciax_did_not_write_does_not_make_the_folder_sciax_s(tmp_path, arrays):
+    """A user's checkpoint.npz, states.csv and summary.json were replaced by a fresh run (exit 0):
+    a file named checkpoint.npz was taken as proof that a sciax run owned the folder."""
+    from sciax.scenario import ScenarioError
+
+    np.savez(tmp_path / "checkpoint.npz", **arrays)
+    (tmp_path / "states.csv").write_text("my,data\n1,2\n")
+    (tmp_path / "summary.json").write_text('{"mine": 1}')
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(ScenarioError, match=r"holds summary.json, states.csv, checkpoint.npz, which a run would "
+                                            r"overwrite, and no sciax run wrote them \(its checkpoint.npz"):
+        run(scenario(LORENZ), tmp_path, progress=False)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    with pytest.raises(ResumeError):  # nor does --resume take it
+        run(scenario(LORENZ), tmp_path, resume=True, progress=False)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+@pytest.mark.parametrize("text", [KEPLER, LANGEVIN], ids=["verlet", "langevin"])
+def test_the_checkpoint_holds_the_integrators_whole_loop_carry(tmp_path, text):
+    """After a chunk the checkpoint holds the loop carry (for velocity Verlet and BAOAB the state
+    and the reused acceleration), equal bitwise to `simulate`'s final carry at that step; the
+    first checkpoint, before any chunk, holds the initial state."""
+    s = scenario(text)
+    b = s.build()
+    fresh = run(s, tmp_path, progress=False, max_chunks=0)
+    assert fresh.steps_done == 0
+    assert sciax.io.checkpoint_meta(tmp_path / "checkpoint.npz")["format"] == "sciax-checkpoint-1"
+    part = run(s, tmp_path, progress=False, max_chunks=2, resume=True)
+    meta = sciax.io.checkpoint_meta(tmp_path / "checkpoint.npz")
+    assert meta["format"] == "sciax-checkpoint-2" and part.steps_done == meta["steps_done"] == 2 * s.run.chunk_steps
+    ref = sciax.simulate(b.system, b.state0, integrator=b.integrator, dt=s.run.dt, n_steps=meta["steps_done"],
+                         save_every=s.run.save_every, t0=s.run.t0, key=b.key).final_carry
+    carry, _ = sciax.io.load_checkpoint(tmp_path / "checkpoint.npz", like=ref)
+    assert isinstance(carry, tuple) and len(carry) == 2  # (state, acceleration)
+    for a, c in zip(jtu.tree_leaves(carry), jtu.tree_leaves(ref), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(c))

@@ -7,7 +7,11 @@ never leaves a half-written file behind.
 """
 
 from ._atomic import atomic_write as atomic_write, atomic_write_bytes as atomic_write_bytes
-from ._checkpoint import load_checkpoint as load_checkpoint, save_checkpoint as save_checkpoint
+from ._checkpoint import (
+    checkpoint_meta as checkpoint_meta,
+    load_checkpoint as load_checkpoint,
+    save_checkpoint as save_checkpoint,
+)
 from ._csvfile import (
     append_csv_rows as append_csv_rows,
     frame_columns as frame_columns,

@@ -22,6 +22,20 @@ def save_checkpoint(path, state, meta: dict) -> None:
                  state=np.frombuffer(buffer.getvalue(), dtype=np.uint8))
 
 
+def checkpoint_meta(path) -> dict:
+    """The JSON metadata record of a checkpoint, without reading its state.
+
+    **Raises:** `ValueError` if the file is not a readable sciax checkpoint."""
+    try:
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+    except (KeyError, OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise ValueError(f"{path}: not a readable sciax checkpoint ({type(e).__name__}: {e}).") from e
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: not a sciax checkpoint (its metadata is not a record).")
+    return meta
+
+
 def load_checkpoint(path, like):
     """Read a checkpoint written by `save_checkpoint`.
 
