@@ -81,7 +81,7 @@ class Context:
         return {1: "one core", None: "library default threads"}.get(self.threads, f"{self.threads} threads")
 
     def unjudged(self) -> str | None:
-        """The issues' CPU bars are one-core figures (benchmarks/README.md, "Targets"). None when
+        """The CPU targets are one-core figures (benchmarks/README.md, "Targets"). None when
         this run is one; otherwise the note its verdicts carry, which are then not judged."""
         if self.threads == 1:
             return None
@@ -144,7 +144,7 @@ class Measurement:
 
 @dataclasses.dataclass
 class Target:
-    """A bar from the issues, and whether this run met it."""
+    """A target's bar, and whether this run met it."""
 
     suite: str
     name: str

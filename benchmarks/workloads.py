@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 # ---------------------------------------------------------------------------------------------
-# Lorenz ensemble (issues 4 and 5): the published GPU-ensemble set-up.
+# Lorenz ensemble: the published GPU-ensemble set-up.
 # ---------------------------------------------------------------------------------------------
 
 LORENZ_SIGMA = 10.0
@@ -25,7 +25,7 @@ def ensemble_rhos(n_members: int, dtype=np.float32) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# Gradient of a trajectory loss (issue 3): Lorenz, 1,000 members, MSE against 100 observations
+# Gradient of a trajectory loss: Lorenz, 1,000 members, MSE against 100 observations
 # over t in [0, 10], RK4 with dt = 10 / n_steps (1,000 steps: dt = 0.01), float64.
 # ---------------------------------------------------------------------------------------------
 
@@ -70,7 +70,7 @@ def gradient_observations(seed: int = 1, noise: float = 0.5) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# Fit (issue 3): damped oscillator x'' + 2 ζ ω x' + ω² x = 0, 200 noisy points over (0, 20].
+# Fit: damped oscillator x'' + 2 ζ ω x' + ω² x = 0, 200 noisy points over (0, 20].
 # ---------------------------------------------------------------------------------------------
 
 FIT_TRUTH = (2.0, 0.1)  # (ω, ζ)

@@ -2,7 +2,7 @@
 splitting, dispatch), measured on a run so short (Lorenz, RK4, 10 steps) that the call is
 almost all overhead. Median of 400 calls after 20 warm-up calls. From the repository root:
 `taskset -c 1 python benchmarks/probes/simulate_call_overhead.py`. Run it in fresh processes,
-alternating the versions compared (figures in benchmarks/README.md, fourteenth session)."""
+alternating the versions compared (figures in benchmarks/results/2026-11-23-harness.md)."""
 import sys
 import time
 

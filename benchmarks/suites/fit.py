@@ -1,4 +1,4 @@
-"""Suite `fit`: fit (ω, ζ) of a damped oscillator to 200 noisy points (issue 3).
+"""Suite `fit`: fit (ω, ζ) of a damped oscillator to 200 noisy points.
 
 Workload: x'' + 2ζω x' + ω² x = 0 from (x, v) = (1, 0); observations of x at t = 0.1, 0.2,
 ..., 20 (200 points) from the exact solution at (ω, ζ) = (2.0, 0.1) plus N(0, 0.05²) noise
@@ -294,7 +294,7 @@ def run(ctx) -> SuiteResult:
 
 
 def _targets(result, rows, label, fast_label=None, unjudged=None, other="fast") -> None:
-    """The issue's bars; with `unjudged` (not a one-core run) reported, not judged."""
+    """The fit targets; with `unjudged` (not a one-core run) reported, not judged."""
     def t_of(case, impl):
         m = rows.get((case, impl))
         return m.time_median_s if m is not None and m.status == "ok" else None

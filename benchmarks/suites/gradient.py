@@ -1,4 +1,4 @@
-"""Suite `gradient`: the gradient of a trajectory loss through 1,000 RK4 steps (issue 3).
+"""Suite `gradient`: the gradient of a trajectory loss through 1,000 RK4 steps.
 
 Workload: 1,000 Lorenz systems with per-member (σ, ρ, β) near (10, 28, 8/3), all from
 u0 = (1, 1, 1); loss = Σ over members of the mean squared error against 100 noisy
@@ -354,7 +354,7 @@ def _wrong(m) -> bool:
 
 
 def _targets(result: SuiteResult, unjudged: str | None = None) -> None:
-    """The issue's bars at 1,000 steps; with `unjudged` (not a one-core run) reported, not judged."""
+    """The gradient targets at 1,000 steps; with `unjudged` (not a one-core run) reported, not judged."""
     # The speed bar is taken by the faster of sciax's two reverse-mode adjoints (named). The
     # forward-mode row uses the workload's structure (each member's loss depends only on its own
     # parameters, so 3 tangents give the whole gradient), which the peers are not given, so it

@@ -1,7 +1,7 @@
-"""Suite `gradient_memory`: peak memory of each gradient mode against trajectory length (issue 3).
+"""Suite `gradient_memory`: peak memory of each gradient mode against trajectory length.
 
-Issue 3: "Report peak memory of each gradient mode at 10^3, 10^4 and 10^5 steps for a
-512-particle particle system" (for comparison: JAX-MD, differentiating 100 velocity-Verlet
+The target: report the peak memory of each gradient mode at 10^3, 10^4 and 10^5 steps of a
+512-particle system (for comparison: JAX-MD, differentiating 100 velocity-Verlet
 steps of a 4,000-atom LJ system without checkpointing, used 2.6 GB in float32 and would
 exhaust 24 GB at 1,000 steps).
 
@@ -29,7 +29,7 @@ For each adjoint (`DirectAdjoint`, `CheckpointAdjoint`, `ReversibleAdjoint`) and
   wall time of one gradient evaluation and the resident-set increase of the process during
   its first call (sampled every 2 ms, `harness.rss_peak_increase`; approximate);
 - the relative difference of each mode's gradient from `DirectAdjoint`'s at the same length
-  (from `CheckpointAdjoint`'s where Direct was not run); the bar (issue 3's gradient-test
+  (from `CheckpointAdjoint`'s where Direct was not run); the bar (the gradient tests'
   tolerance, 1e-6 in float64) applies at 10^3 steps.
 
 Each adjoint is measured in its own fresh process (`python -m benchmarks.suites.gradient_memory
@@ -75,7 +75,7 @@ ADJOINTS = {  # row label -> sciax class name
     "sciax ReversibleAdjoint": "ReversibleAdjoint",
 }
 REFERENCE = "sciax DirectAdjoint"
-# JAX-MD figure quoted in issue 3: 2.6 GB for 100 steps x 4,000 atoms (float32, no checkpointing).
+# JAX-MD's reference figure: 2.6 GB for 100 steps x 4,000 atoms (float32, no checkpointing).
 JAXMD_BYTES_PER_ATOM_STEP = 2.6e9 / (100 * 4000)
 
 
@@ -286,7 +286,7 @@ def _row(ctx, impl, prec, n) -> Measurement:
                        threads=str(ctx.threads) if ctx.threads else "default (multi-thread)")
 
 
-AGREEMENT_TOL = 1e-6  # issue 3: gradient modes agree to 1e-6 relative in float64
+AGREEMENT_TOL = 1e-6  # target: gradient modes agree to 1e-6 relative in float64
 
 
 def _agreement(prec, grads, rows) -> None:

@@ -1,4 +1,4 @@
-"""Suite `lorenz_ensemble`: B Lorenz systems, fixed-step RK4/Tsit5, final state (issues 4 and 5).
+"""Suite `lorenz_ensemble`: B Lorenz systems, fixed-step RK4/Tsit5, final state.
 
 Workload (the published GPU-ensemble set-up): σ = 10, β = 8/3, ρ = linspace(0, 21, B),
 u0 = (1, 0, 0), dt = 0.001, 1,000 steps, only the final state kept. Throughput in
