@@ -1,5 +1,5 @@
 """GPU probe, run once (2026-11-22, one NVIDIA H200, jax 0.11.2): the Lorenz-ensemble figures in
-the GPU section of benchmarks/README.md. Kept as the record of how they were produced;
+benchmarks/results/2026-11-22-gpu-h200.md. Kept as the record of how they were produced;
 `python -m benchmarks --device gpu` is the maintained benchmark. From the repository root:
 `python3 benchmarks/probes/gpu_ensemble.py [function names, e.g. sciax_vmap hand_scan]`, with
 BIG / MID setting the two ensemble sizes (default 8,388,608 and 1,000,000). Each row's median of
