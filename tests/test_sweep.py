@@ -1045,3 +1045,27 @@ def test_host_memory_check_counts_what_this_process_keeps(monkeypatch, gather, r
                  solve_kwargs=None, run=None, output=final, reduce=reduce, reduce_over=None, keep=True, key=None,
                  batch_size=None, memory_budget=None, devices=1, check_finite=True, order=None, gather=gather)
     assert seen == [held]
+
+
+def test_sel_along_a_reduced_away_dim_is_refused_naming_it_and_the_kept_dims():
+    """With keep=False nothing per member is kept along a reduced dim: sel() returned a result with
+    no outputs and no reductions, silently."""
+    res = lorenz_grid(output=z_frames, reduce={"m": "mean"}, reduce_over=("state0[0]",))
+    assert res.outputs is None
+    with pytest.raises(ValueError, match=r"dim 'state0\[0\]' was reduced over \(reductions over \['state0\[0\]'\]\) "
+                                         r"and the members were not kept \(keep=False\).*kept dims \['rho'\]"):
+        res.sel(**{"state0[0]": 2.0})
+    with pytest.raises(ValueError, match=r"dim 'state0\[0\]' was reduced over"):
+        res.isel(**{"state0[0]": 0})
+    assert res.sel(rho=30.0).reductions["m"].shape == res.reductions["m"].shape[1:]  # kept dims still work
+
+
+def test_sel_on_a_grid_axis_holding_a_value_twice_is_refused_as_in_zip_mode():
+    """It silently picked the first of the two members."""
+    res = sciax.sweep(Lorenz(), Y0, axes={"rho": np.array([28.0, 10.0, 28.0])}, run=lambda s, y, k: s.rho * y)
+    with pytest.raises(ValueError, match=r"sel: rho = 28.0 matches 2 positions \[0, 2\] of grid axis 'rho', which "
+                                         r"holds that value more than once; use isel\(rho=i\)"):
+        res.sel(rho=28.0)
+    with pytest.raises(ValueError, match="matches 2 positions"):
+        res.sel(rho=27.0, method="nearest")
+    assert res.sel(rho=10.0).outputs.tolist() == [10.0, 0.0, 0.0]

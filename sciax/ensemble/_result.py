@@ -92,8 +92,15 @@ class SweepResult:
                     "give more coordinates or use isel(member=i)."
                 )
             return self.isel(member=int(candidates[0]))
-        indices = {name: int(_match(name, self.axes[name], value, method, np.arange(len(self.axes[name])))[0])
-                   for name, value in coords.items()}
+        indices = {}
+        for name, value in coords.items():
+            found = _match(name, self.axes[name], value, method, np.arange(len(self.axes[name])))
+            if found.size > 1:  # the axis holds this coordinate more than once
+                raise ValueError(
+                    f"sel: {name} = {np.asarray(value).tolist()} matches {found.size} positions "
+                    f"{found[:10].tolist()} of grid axis {name!r}, which holds that value more than once; "
+                    f"use isel({name}=i) to pick one.")
+            indices[name] = int(found[0])
         return self.isel(**indices)
 
     def isel(self, **indices) -> "SweepResult":
@@ -104,6 +111,12 @@ class SweepResult:
         if self.member_indices is not None:
             raise ValueError("isel/sel: this result was made with gather=False and holds only this process's "
                              "members (flat, see `member_indices`); run with gather=True to index by axes.")
+        gone = [d for d in indices if d in self.reduced_dims]
+        if gone and self.outputs is None:  # nothing would be left: no members kept, no reductions
+            raise ValueError(
+                f"isel/sel: dim {gone[0]!r} was reduced over (reductions over {list(self.reduced_dims)}) and the "
+                f"members were not kept (keep=False), so nothing is left to select along it; select along "
+                f"the kept dims {list(self.kept_dims)}, or sweep with keep=True to keep every member.")
         index = tuple(indices.get(d, slice(None)) for d in self.dims)
         for d, i in indices.items():
             n = self.shape[self.dims.index(d)]
