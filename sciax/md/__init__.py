@@ -21,3 +21,45 @@ from ._potentials import (
     SoftSphere as SoftSphere,
 )
 from ._system import ForceResult as ForceResult, MDState as MDState, MDSystem as MDSystem
+
+# isort: split
+# Set-up, units, files and observables.
+from . import _units as units  # noqa: F401  (the module is the public namespace sciax.md.units)
+from ._ase import ASEConfiguration as ASEConfiguration, from_ase as from_ase, to_ase as to_ase
+from ._lattice import (
+    lattice as lattice,
+    lattice_nearest_distance as lattice_nearest_distance,
+    random_positions as random_positions,
+)
+from ._observables import (
+    DiffusionFit as DiffusionFit,
+    coordination_numbers as coordination_numbers,
+    diffusion_coefficient as diffusion_coefficient,
+    green_kubo_diffusion as green_kubo_diffusion,
+    kinetic_energy as kinetic_energy,
+    mean_squared_displacement as mean_squared_displacement,
+    msd_time_average as msd_time_average,
+    potential_energy as potential_energy,
+    pressure as pressure,
+    pressure_tensor as pressure_tensor,
+    radial_distribution as radial_distribution,
+    rdf_histogram as rdf_histogram,
+    temperature as temperature,
+    total_energy as total_energy,
+    unwrapped_positions as unwrapped_positions,
+    velocity_autocorrelation as velocity_autocorrelation,
+    virial as virial,
+)
+from ._units import LJUnits as LJUnits
+from ._velocities import (
+    degrees_of_freedom as degrees_of_freedom,
+    kinetic_temperature as kinetic_temperature,
+    maxwell_boltzmann as maxwell_boltzmann,
+    zero_momentum as zero_momentum,
+)
+from ._xyz import (
+    XYZFrame as XYZFrame,
+    read_xyz as read_xyz,
+    write_state_xyz as write_state_xyz,
+    write_xyz as write_xyz,
+)
