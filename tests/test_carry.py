@@ -132,3 +132,19 @@ def test_state0_and_carry0_are_exclusive():
         sciax.simulate(system, y, carry0=traj.final_carry, integrator=integrator, dt=0.01, n_steps=2)
     with pytest.raises(TypeError, match="`state0` .* is required"):
         sciax.simulate(system, integrator=integrator, dt=0.01, n_steps=2)
+
+
+def test_integer_leaves_beside_floating_ones_are_counters_not_a_precision():
+    """A structured state may hold integer counters (an MD state's image counts) beside its
+    floating leaves; a state with no floating leaf is still refused."""
+    from sciax._validation import state_dtype
+
+    class Counted(eqx.Module):
+        x: jax.Array
+        images: jax.Array
+
+    assert state_dtype(Counted(jnp.zeros(3, jnp.float32), jnp.zeros(3, jnp.int32))) == jnp.float32
+    with pytest.raises(sciax.StateMismatchError, match="floating point"):
+        state_dtype(Counted(jnp.zeros(3, jnp.int32), jnp.zeros(3, jnp.int32)))
+    with pytest.raises(sciax.StateMismatchError, match="floating point"):
+        state_dtype(jnp.zeros(3, jnp.int32))
