@@ -1,15 +1,19 @@
 """The `sciax` command: `sciax info`, `sciax run SCENARIO.toml`.
 
 Also runnable as `python -m sciax.cli ...`. Exit status: 0 success, 1 the run failed (NaN/Inf,
-or an unexpected error), 2 bad input (scenario file, arguments, a refused `--resume`),
-130 interrupted (Ctrl-C; continue with `--resume`).
+or an unexpected error), 2 bad input (scenario file, arguments, a refused `--resume`, an output
+folder that another run is using), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM, as sent by
+batch schedulers and `docker stop`). Interrupted or terminated, a run writes its outputs up to
+the last checkpoint and an "interrupted" summary first; continue it with `--resume`.
 """
 
 import argparse
 import importlib.metadata
 import os
 import platform
+import signal
 import sys
+import threading
 from pathlib import Path
 
 
@@ -44,7 +48,30 @@ def info(stream=None) -> None:
     stream.write("\n".join(out) + "\n")
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so the runner packages what its
+    last checkpoint covers in the same way."""
+
+
+def _on_sigterm(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second SIGTERM must not cut the packaging short
+    raise _Terminated
+
+
 def _run(args) -> int:
+    if threading.current_thread() is not threading.main_thread():  # signal handlers need the main thread
+        return _run_scenario(args)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _run_scenario(args)
+    except _Terminated:  # outside the run (e.g. while importing): nothing was written
+        print("sciax run: terminated (SIGTERM) before anything was written.", file=sys.stderr)
+        return 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_scenario(args) -> int:
     import jax
 
     from ._errors import NonFiniteStateError
@@ -77,14 +104,15 @@ def _run(args) -> int:
         where = f" ({e.filename})" if e.filename else ""
         print(f"sciax run: error: cannot write the outputs{where}: {e.strerror or e}.", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        how, code = ("terminated (SIGTERM)", 143) if isinstance(e, _Terminated) else ("interrupted", 130)
         folder = out if out is not None else scenario.output_dir if scenario is not None else None
         if folder is None or not (folder / "checkpoint.npz").exists():
-            print("sciax run: interrupted before anything was written.", file=sys.stderr)
-            return 130
-        print(f"sciax run: interrupted; the outputs so far and a checkpoint are in {folder}/; "
+            print(f"sciax run: {how} before anything was written.", file=sys.stderr)
+            return code
+        print(f"sciax run: {how}; the outputs so far and a checkpoint are in {folder}/; "
               "continue with --resume.", file=sys.stderr)
-        return 130
+        return code
     s = result.summary
     if not args.quiet:
         rate = f", {s['steps_per_second']:.3g} steps/s" if s["steps_per_second"] else ""

@@ -161,3 +161,103 @@ def test_ctrl_c_before_the_first_checkpoint_does_not_claim_outputs(tmp_path, mon
     monkeypatch.setattr(sciax.runner, "run", interrupted)
     assert main(["run", str(LORENZ), "--out", str(tmp_path / "never"), "--no-compilation-cache"]) == 130
     assert "interrupted before anything was written" in capsys.readouterr().err
+
+
+SLOW_LORENZ = """
+name = "sigterm"
+
+[system]
+name = "Lorenz"
+
+[initial_state]
+values = [1.0, 1.0, 1.0]
+
+[integrator]
+name = "RK4"
+
+[run]
+dt = 0.001
+n_steps = 10000000
+save_every = 10
+chunk_steps = 200
+precision = "float64"
+
+[output]
+plot = false
+"""
+
+
+def _start_run(scenario, out, *extra):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    return subprocess.Popen([sys.executable, "-m", "sciax.cli", "run", str(scenario), "--out", str(out),
+                             "--no-compilation-cache", "--quiet", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _wait_for_chunks(out, process, n=2, timeout=120.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"the run ended early: {process.communicate()}")
+        if (out / "chunks").is_dir() and len(list((out / "chunks").glob("frames_*.npz"))) >= n:
+            return
+        time.sleep(0.05)
+    process.kill()
+    raise AssertionError("the run wrote no chunks in time")
+
+
+def test_sigterm_writes_the_outputs_so_far_and_an_interrupted_summary_and_exits_143(tmp_path):
+    """SIGTERM (batch schedulers, docker stop) left no trajectory.npz or summary.json and printed
+    nothing. It is handled as Ctrl-C: package what the last checkpoint covers, say so, exit 143."""
+    import signal
+
+    from sciax.io import load_trajectory
+
+    path = tmp_path / "slow.toml"
+    path.write_text(SLOW_LORENZ)
+    out = tmp_path / "out"
+    process = _start_run(path, out)
+    _wait_for_chunks(out, process)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err
+    assert f"sciax run: terminated (SIGTERM); the outputs so far and a checkpoint are in {out}/" in err
+    summary = json.loads((out / "summary.json").read_text())
+    done = summary["steps_done"]
+    assert summary["status"] == "interrupted" and done > 0 and done % 200 == 0
+    traj = load_trajectory(out / "trajectory.npz")
+    reference = sciax.simulate(sciax.systems.Lorenz(), jnp.array([1.0, 1.0, 1.0]), integrator=sciax.integrators.RK4(),
+                               dt=0.001, n_steps=done, save_every=10)
+    np.testing.assert_array_equal(traj.states, reference.states)  # exactly what the checkpoint covers
+    assert len((out / "states.csv").read_text().splitlines()) == 1 + done // 10 + 1
+    assert not (out / ".sciax.lock").exists()
+    # and it continues from there
+    assert main(["run", str(path), "--out", str(out), "--resume", "--n-steps", str(done + 400), "--quiet",
+                 "--no-compilation-cache"]) == 0
+    resumed = json.loads((out / "summary.json").read_text())
+    assert resumed["status"] == "completed" and resumed["resumed_from_step"] == done
+
+
+def test_a_second_run_into_a_busy_folder_exits_2_and_a_killed_run_leaves_no_stale_lock(tmp_path, capsys):
+    """Two `sciax run --out D` at once both exited 0 with their rows interleaved in states.csv."""
+    import signal
+
+    path = tmp_path / "slow.toml"
+    path.write_text(SLOW_LORENZ)
+    out = tmp_path / "out"
+    process = _start_run(path, out)
+    try:
+        _wait_for_chunks(out, process, n=1)
+        before = (out / "states.csv").read_bytes()
+        assert main(["run", str(path), "--out", str(out), "--n-steps", "400", "--quiet", "--no-compilation-cache"]) == 2
+        err = capsys.readouterr().err
+        assert f"sciax run: error: the output folder {out} is in use by another sciax run (process {process.pid})" in err
+        assert (out / "states.csv").read_bytes().startswith(before)  # untouched by the refused run
+    finally:
+        process.send_signal(signal.SIGKILL)  # a crash: the lock goes with the process
+        process.communicate(timeout=60)
+    assert main(["run", str(path), "--out", str(out), "--n-steps", "400", "--quiet", "--no-compilation-cache"]) == 0
+    times = np.loadtxt(out / "states.csv", delimiter=",", skiprows=1)[:, 0]
+    assert len(times) == 41 and np.all(np.diff(times) > 0)
