@@ -29,6 +29,7 @@ re-initialised from the state at each chunk boundary.
 """
 
 import dataclasses
+import io
 import json
 import math
 import os
@@ -36,6 +37,8 @@ import sys
 import time
 import typing
 import warnings
+import zipfile
+import zlib
 from pathlib import Path
 
 import equinox as eqx
@@ -402,6 +405,7 @@ class _Driver:
         self.state, self.carry = self.b.state0, None
         self.steps_done = 0
         self.chunk_names = []
+        self.chunk_digests = {}  # chunk file name -> "size:crc32" of its bytes, checked by --resume
         self._checkpoint()
 
     def _copy_scenario(self):
@@ -453,6 +457,7 @@ class _Driver:
         if missing:
             raise ResumeError(f"cannot resume: chunk files {missing[:3]} listed in {lay.checkpoint} are missing "
                               "(were chunks/ deleted?). Run without --resume to start over.")
+        self._verify_chunks(meta["chunk_files"], meta["steps_done"], meta.get("chunk_digests", {}))
         # What the finished run wrote from its frames is rewritten when this session ends; until then
         # it would describe the earlier, shorter run (a "completed" summary if this session dies).
         for p in [*lay.stale_temporaries(), lay.summary, lay.trajectory, lay.plot]:
@@ -460,11 +465,56 @@ class _Driver:
         self.state, self.carry = state, carry
         self.steps_done = meta["steps_done"]
         self.chunk_names = list(meta["chunk_files"])
+        self.chunk_digests = dict(meta.get("chunk_digests", {}))  # none in older checkpoints
         self.csv_sizes = dict(meta["csv_sizes"])
         self.prior_elapsed = meta.get("elapsed_s", 0.0)
         self.resumed_from = self.steps_done
         self._copy_scenario()
         self.report.message(f"{self.sc.name}: resuming from step {self.steps_done} of {self.sc.run.n_steps}.")
+
+    def _verify_chunks(self, names, steps_done: int, digests: dict):
+        """Refuse (`ResumeError`) unless every chunk file the checkpoint lists is whole: the size
+        and CRC-32 of its bytes recorded when it was written (`digests`; older checkpoints have
+        none), a readable `.npz` whose members pass their own CRC-32 checks, with the arrays of the
+        others, and times that continue the previous chunk's; and the chunks tile the frames
+        0 .. steps_done / save_every without gap or overlap. A truncated or damaged chunk was found
+        only at the final merge, after computing every remaining chunk."""
+        lay, se = self.layout, self.sc.run.save_every
+        expected_frame, keys, last_time = 0, None, -np.inf
+        for name in names:
+            path = lay.chunks / name
+            first = _first_frame(name)
+            try:
+                if name in digests and _digest(path.read_bytes()) != digests[name]:
+                    raise ValueError(f"its size and CRC-32 are {_digest(path.read_bytes())}, but "
+                                     f"{digests[name]} when it was written")
+                with zipfile.ZipFile(path) as z:
+                    bad = z.testzip()  # reads every member and checks its CRC-32
+                    if bad is not None:
+                        raise zipfile.BadZipFile(f"member {bad} fails its CRC-32 check")
+                with np.load(path, allow_pickle=False) as data:
+                    these = sorted(data.files)
+                    times = data["times"]
+                if keys is not None and these != keys:
+                    raise ValueError(f"it holds {these}, the other chunks {keys}")
+                if first != expected_frame:
+                    raise ValueError(f"it starts at frame {first}, where frame {expected_frame} was expected")
+                if times.ndim != 1 or not np.all(np.diff(times, prepend=last_time) >= 0):
+                    raise ValueError("its frame times do not continue the previous chunk's")
+            except Exception as e:  # torn, not a zip, a bad CRC, missing arrays, another chunk's frames, ...
+                start = max(expected_frame - 1, 0) * se  # the chunk that wrote these frames started there
+                raise ResumeError(
+                    f"cannot resume: the chunk file {path} is damaged ({type(e).__name__}: {e}); it holds the "
+                    f"frames from step {expected_frame * se} on, so the run must be recomputed from step {start}, "
+                    f"where the checkpoint (at step {steps_done}) cannot restart it. Run without --resume to "
+                    "start over (this replaces the outputs).") from None
+            keys, last_time = these, times[-1] if len(times) else last_time
+            expected_frame = first + len(times)
+        if names and expected_frame != steps_done // se + 1:
+            raise ResumeError(
+                f"cannot resume: the chunk files in {lay.chunks} hold frames 0 to {expected_frame - 1}, but the "
+                f"checkpoint is at step {steps_done} (frame {steps_done // se}); they are not this checkpoint's. "
+                "Run without --resume to start over (this replaces the outputs).")
 
     def _output_settings(self) -> dict:
         """What decides which streamed files a run writes: a resume must keep them (JSON-comparable).
@@ -481,6 +531,7 @@ class _Driver:
             return
         self.state, self.carry, self.steps_done = state, carry, meta["steps_done"]
         self.chunk_names = list(meta["chunk_files"])
+        self.chunk_digests = dict(meta.get("chunk_digests", {}))
         self.csv_sizes = dict(meta["csv_sizes"])
         for name, size in self.csv_sizes.items():
             try:
@@ -510,6 +561,7 @@ class _Driver:
                 "scenario_hash": self.sc.hash(), "physics": self.sc.physics(),
                 "outputs": self._output_settings(),
                 "steps_done": self.steps_done, "chunk_files": self.chunk_names, "csv_sizes": self.csv_sizes,
+                "chunk_digests": self.chunk_digests,
                 "elapsed_s": self.prior_elapsed + (time.monotonic() - self.start_wall),
                 "sciax_version": __version__}
         sio.save_checkpoint(self.layout.checkpoint, self.state if self.carry is None else self.carry, meta)
@@ -608,8 +660,12 @@ class _Driver:
     def _write_frames(self, first_frame, times, states, obs, finite):
         lay = self.layout
         path = lay.chunk_file(first_frame)
-        sio.save_npz(path, sio.trajectory_arrays(times, states, obs, finite))
+        buffer = io.BytesIO()
+        np.savez(buffer, **sio.trajectory_arrays(times, states, obs, finite))
+        data = buffer.getvalue()
+        sio.atomic_write_bytes(path, data)
         self.chunk_names.append(path.name)
+        self.chunk_digests[path.name] = _digest(data)
         if self.obs_columns:
             _, block = sio.frame_columns([obs[k] for k in self.obs_names])
             rows = np.concatenate([times[:, None].astype(np.float64), block], axis=1)
@@ -713,6 +769,16 @@ class _Driver:
             "versions": {"sciax": __version__, "jax": jax.__version__, "equinox": eqx.__version__},
             "scenario_hash": self.sc.hash(), "files": files,
         }
+
+
+def _digest(data: bytes) -> str:
+    """`"<size>:<CRC-32>"` of a file's bytes, recorded for each chunk file in the checkpoint."""
+    return f"{len(data)}:{zlib.crc32(data):08x}"
+
+
+def _first_frame(chunk_name: str) -> int:
+    """The first frame of a chunk file `frames_<first frame>.npz`."""
+    return int(chunk_name[len(_CHUNK_PREFIX):-len(".npz")])
 
 
 def _add_frame_axis(tree):

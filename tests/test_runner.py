@@ -718,3 +718,38 @@ def test_the_checkpoint_holds_the_integrators_whole_loop_carry(tmp_path, text):
     assert isinstance(carry, tuple) and len(carry) == 2  # (state, acceleration)
     for a, c in zip(jtu.tree_leaves(carry), jtu.tree_leaves(ref), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped-byte", "replaced"])
+def test_a_damaged_chunk_file_is_a_resume_error_before_anything_is_computed(tmp_path, monkeypatch, damage):
+    """A truncated chunk was found only at the final merge (a raw BadZipFile after computing every
+    remaining chunk, no trajectory or summary, and every later resume failing the same way)."""
+    from sciax import runner
+
+    s = scenario(LORENZ)
+    run(s, tmp_path, progress=False, max_chunks=3)
+    chunk = sorted((tmp_path / "chunks").iterdir())[1]  # frames of steps 100..200
+    data = chunk.read_bytes()
+    if damage == "truncated":
+        chunk.write_bytes(data[: len(data) // 2])
+    elif damage == "flipped-byte":  # inside the stored `times` array: only the CRC-32 tells
+        at = data.index(np.asarray(load_npz(tmp_path / "trajectory.npz")["times"][11]).tobytes())
+        chunk.write_bytes(data[:at] + bytes([data[at] ^ 1]) + data[at + 1:])
+    else:  # a whole, readable .npz of the same arrays and times, but another run's frames
+        other = run(scenario(LORENZ.replace("rho = 28.0", "rho = 27.0")), tmp_path / "other", progress=False,
+                    max_chunks=3)
+        chunk.write_bytes((other.out_dir / "chunks" / chunk.name).read_bytes())
+    dispatched = []
+    monkeypatch.setattr(runner._Driver, "_dispatch", lambda self, *a: dispatched.append(a))
+    with pytest.raises(ResumeError, match=rf"the chunk file {chunk} is damaged \(.*\); it holds the frames from "
+                                          r"step 110 on, so the run must be recomputed from step 100"):
+        run(s, tmp_path, resume=True, progress=False)
+    assert dispatched == []
+
+
+def test_resume_after_the_chunk_checks_still_equals_an_uninterrupted_run(tmp_path):
+    s = scenario(LANGEVIN)
+    run(s, tmp_path, progress=False, max_chunks=2)
+    resumed = run(s, tmp_path, resume=True, progress=False)
+    assert resumed.status == "completed"
+    assert_same(load_trajectory(tmp_path / "trajectory.npz"), direct(s))
