@@ -21,6 +21,7 @@ from ._fusion import fuse_cotangents, fuse_values
 from ._jit import async_filter_jit
 from ._trajectory import Trajectory
 from ._validation import (
+    check_derivative,
     check_finite_state,
     check_precision,
     check_time_scalar,
@@ -30,7 +31,7 @@ from ._validation import (
     state_dtype,
 )
 from .integrators._base import AbstractIntegrator
-from .systems._base import AbstractODE
+from .systems._base import AbstractHamiltonian, AbstractODE, AbstractSDE
 
 
 @with_fewer_collections
@@ -65,7 +66,10 @@ def simulate(
     - `state0`: initial state (array for ODEs, `PhaseSpace` for particle systems), float32 or
       float64; the rollout keeps its dtype.
     - `integrator`: a `sciax.integrators` method, e.g. `RK4()` or `VelocityVerlet()`.
-    - `dt`: step size (time units), positive and finite.
+    - `dt`: step size (time units), positive and finite. Checked on the host when its value is
+      known there; a traced `dt` (inside `jax.jit`, `jax.vmap`, `jax.grad`) that is zero or
+      negative makes every frame after the first NaN (`finite` False, so `check_finite=True`
+      raises) rather than integrating backwards or freezing the state.
     - `n_steps`: number of steps, a positive multiple of `save_every`.
     - `save_every`: steps between saved frames.
     - `t0`: initial time.
@@ -282,6 +286,19 @@ def _rollout(system, state0, integrator, dt, t0, key, args, observables, n_steps
              save_states, adjoint, componentwise, step_offset, carry0=None):
     frames = _Frames(integrator, observables, save_every, n_steps // save_every, save_states,
                      componentwise, adjoint)
+    # While tracing (once per compilation): the vector field must return the state's structure,
+    # shapes and dtype (a (1,) result for a (2,) state would be broadcast into a wrong trajectory).
+    # A Hamiltonian's inherited field (v, -grad U / m) has the shape of its positions by
+    # construction, and integrators of particle systems (sciax.md) step from forces without it.
+    if not (isinstance(system, AbstractHamiltonian) and type(system).vector_field is AbstractHamiltonian.vector_field):
+        y_user = state0 if carry0 is None else frames.to_user(integrator.state(carry0))
+        check_derivative("simulate", system, "vector_field", t0, y_user, args)
+        if isinstance(system, AbstractSDE) and key is not None:
+            check_derivative("simulate", system, "diffusion", t0, y_user, args)
+    # A traced `dt` (jit, vmap, grad) is not checked on the host: one that is not positive makes
+    # every computed frame NaN (and `finite` False) instead of integrating backwards or freezing.
+    # Before the barrier, so that XLA cannot fold a constant dt through it.
+    dt = jnp.where(dt > 0, dt, jnp.nan)
     # Inside an enclosing jit (`sweep`, jit(vmap(simulate))) `dt` and `t0` arrive as constants.
     # XLA's simplifier merged dt into a product with a Butcher coefficient, which changes the
     # last bits (dt * (0.161 * k) -> (dt * 0.161) * k), in a single-device program, where dt was

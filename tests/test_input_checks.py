@@ -177,3 +177,29 @@ def test_plot_trajectory_refuses_a_bad_max_points(traj, max_points, error, expec
 
 def test_plot_trajectory_accepts_a_numpy_int_max_points(traj):
     assert plot_trajectory(traj, max_points=np.int64(2)) is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# a traced dt
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_traced_dt_that_is_not_positive_gives_non_finite_frames_not_a_backward_or_frozen_run():
+    """jit(lambda d: simulate(..., dt=d))(-0.01) integrated backwards, and under vmap a zero dt gave
+    a frozen member, both reported as finite. The host cannot see a traced dt: the frames say it."""
+    y0 = jnp.array([1.0, 1.0, 1.0])
+
+    def run(d):
+        return sciax.simulate(Lorenz(), y0, integrator=RK4(), dt=d, n_steps=10, save_every=5)
+
+    backwards = jax.jit(run)(-0.01)
+    assert backwards.finite.tolist() == [True, False, False]
+    assert np.all(np.isnan(np.asarray(backwards.states[1:]))) and np.all(np.isnan(np.asarray(backwards.times[1:])))
+    members = jax.vmap(run)(jnp.array([0.01, 0.0]))
+    assert members.finite.tolist() == [[True, True, True], [True, False, False]]
+    reference = run(0.01)  # the positive member is untouched: bitwise the host-checked run
+    np.testing.assert_array_equal(members.states[0], reference.states)
+    np.testing.assert_array_equal(members.times[0], reference.times)
+    with pytest.raises(Exception, match="non-finite"):
+        jax.jit(lambda d: sciax.simulate(Lorenz(), y0, integrator=RK4(), dt=d, n_steps=10, save_every=5,
+                                         check_finite=True).times)(0.0)
