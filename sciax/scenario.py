@@ -43,6 +43,7 @@ was expected; unknown keys list the valid keys, unknown names list the valid nam
 """
 
 import dataclasses
+import difflib
 import hashlib
 import inspect
 import json
@@ -648,9 +649,18 @@ class _Checker:
 def _lookup(checker: _Checker, where: str, name: str, registry: dict, kind: str) -> type:
     if name in registry:
         return registry[name]
-    close = [n for n in registry if n.lower() == name.lower()]
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise checker.error(where, f"unknown {kind} {name!r}; valid names: {', '.join(registry)}.{hint}")
+    raise checker.error(where, f"unknown {kind} {name!r}; valid names: {', '.join(registry)}.{_did_you_mean(name, registry)}")
+
+
+def _did_you_mean(name: str, valid) -> str:
+    """" Did you mean 'X'?" for the valid name closest to a misspelt `name` (same letters in
+    another case first, then by similarity), or "" when none is close."""
+    valid = list(valid)
+    close = [n for n in valid if n.lower() == name.lower()]
+    if not close:
+        by_lower = {n.lower(): n for n in valid}
+        close = [by_lower[n] for n in difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)]
+    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 def _check_params(checker: _Checker, where: str, cls, params: dict) -> dict:
@@ -660,7 +670,8 @@ def _check_params(checker: _Checker, where: str, cls, params: dict) -> dict:
         if key not in fields:
             valid = ", ".join(fields) or "(none)"
             raise checker.error(f"{where}.{key}",
-                                f"unknown parameter of {cls.__name__}; valid parameters: {valid}.")
+                                f"unknown parameter of {cls.__name__}; valid parameters: {valid}."
+                                f"{_did_you_mean(key, fields)}")
         field = fields[key]
         static = field is not None and field.metadata.get("static", False)
         out[key] = value if static else checker.value(f"{where}.{key}", value, _numeric_array)
@@ -675,7 +686,7 @@ def _check_initial_state(checker: _Checker, table: dict, system_cls) -> dict:
         if preset not in presets:
             raise checker.error(f"{where} preset",
                                 f"unknown preset {preset!r} for {system_cls.__name__}; "
-                                f"valid presets: {', '.join(presets) or '(none)'}.")
+                                f"valid presets: {', '.join(presets) or '(none)'}.{_did_you_mean(preset, presets)}")
         params = inspect.signature(presets[preset]).parameters
         valid = [p for p in params if p != "self"]
         out = {"preset": preset}

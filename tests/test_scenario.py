@@ -228,3 +228,19 @@ def test_n_steps_override():
     assert s.run.n_steps == 30 and s.overrides == {"n_steps": 30}
     with pytest.raises(ScenarioError, match=r"--n-steps: expected a multiple of \[run\] save_every"):
         parse(LORENZ).with_overrides(n_steps=15)
+
+
+@pytest.mark.parametrize("section, old, new, hint", [
+    ("[system] name", 'name = "Lorenz"', 'name = "Lorentz"', "Did you mean 'Lorenz'?"),
+    ("[system] name", 'name = "Lorenz"', 'name = "VanDerPool"', "Did you mean 'VanDerPol'?"),
+    ("[integrator] name", 'name = "RK4"', 'name = "Eular"', "Did you mean 'Euler'?"),
+    ("[system] params.rh", "rho = 28.0", "rh = 28.0", "Did you mean 'rho'?"),
+])
+def test_a_misspelt_name_gets_a_did_you_mean(section, old, new, hint):
+    """Only a difference of case was suggested ('lorenz' -> 'Lorenz'); 'Lorentz' got nothing."""
+    raises(edit(LORENZ, old, new), section, hint)
+
+
+def test_a_name_close_to_nothing_gets_no_suggestion():
+    msg = raises(edit(LORENZ, 'name = "Lorenz"', 'name = "Xyzzy"'), "unknown system 'Xyzzy'")
+    assert "Did you mean" not in msg
