@@ -118,6 +118,11 @@ def _run_scenario(args) -> int:
         rate = f", {s['steps_per_second']:.3g} steps/s" if s["steps_per_second"] else ""
         print(f"{scenario.name}: {result.status}, {s['steps_done']} steps, {s['n_frames']} frames, "
               f"{s['wall_time_s']:.2f} s{rate} ({s['precision']}, {s['backend']})")
+        if s.get("resumed_from_step") is not None:
+            total = s.get("total_compute_time_s")
+            whole = f", {total:.2f} s over the whole run" if total is not None else ""
+            print(f"  resumed from step {s['resumed_from_step']}: {s['compute_time_s']:.2f} s of compute in this "
+                  f"invocation{whole}")
         for name, d in s["conserved"].items():
             if d["max_relative_error"] is not None:
                 print(f"  {name}: relative drift {d['final_relative_drift']:.3e} at the end, "

@@ -334,6 +334,7 @@ class _Driver:
         self.first_chunk_s = None  # includes compilation
         self.compute_s = 0.0  # time spent in chunks (simulate + writing frames), for steps/s
         self.prior_elapsed = 0.0
+        self.prior_compute_s = 0.0  # compute time of the earlier invocations (None: an older checkpoint)
         self.resumed_from = None
         self.warnings = []  # for summary.json
 
@@ -468,6 +469,7 @@ class _Driver:
         self.chunk_digests = dict(meta.get("chunk_digests", {}))  # none in older checkpoints
         self.csv_sizes = dict(meta["csv_sizes"])
         self.prior_elapsed = meta.get("elapsed_s", 0.0)
+        self.prior_compute_s = meta.get("compute_s")
         self.resumed_from = self.steps_done
         self._copy_scenario()
         self.report.message(f"{self.sc.name}: resuming from step {self.steps_done} of {self.sc.run.n_steps}.")
@@ -561,10 +563,18 @@ class _Driver:
                 "scenario_hash": self.sc.hash(), "physics": self.sc.physics(),
                 "outputs": self._output_settings(),
                 "steps_done": self.steps_done, "chunk_files": self.chunk_names, "csv_sizes": self.csv_sizes,
-                "chunk_digests": self.chunk_digests,
+                "chunk_digests": self.chunk_digests, "compute_s": self._total_compute_s(),
                 "elapsed_s": self.prior_elapsed + (time.monotonic() - self.start_wall),
                 "sciax_version": __version__}
         sio.save_checkpoint(self.layout.checkpoint, self.state if self.carry is None else self.carry, meta)
+
+    def _total_compute_s(self) -> float | None:
+        """Compute time of the whole run so far (every invocation, up to now), or None when an
+        older checkpoint did not record the earlier invocations'."""
+        if self.prior_compute_s is None:
+            return None
+        clock = getattr(self, "_clock", None)  # the chunk being stored has not been counted yet
+        return self.prior_compute_s + self.compute_s + (0.0 if clock is None else time.monotonic() - clock)
 
     # -- the loop
 
@@ -733,8 +743,8 @@ class _Driver:
         from .plot import plot_trajectory, save_figure
 
         traj = sio.load_trajectory(self.layout.trajectory)
-        title = f"{self.sc.name}: {self.sc.system_name}, {self.sc.integrator_name}, dt = {self.sc.run.dt:g}, " \
-                f"{self.sc.run.precision}"
+        title = f"{self.sc.name}: {_system_text(self.b.system)}, {self.sc.integrator_name}, " \
+                f"dt = {self.sc.run.dt:g}, {self.sc.run.precision}"
         if status != "completed":
             title += f" ({status} at step {non_finite['step'] if non_finite else self.steps_done})"
         # Under a thermostat (stochastic integrator) "conserved" quantities fluctuate: show values.
@@ -762,6 +772,7 @@ class _Driver:
             "resumed_from_step": self.resumed_from,
             "wall_time_s": wall, "total_wall_time_s": self.prior_elapsed + wall,
             "compute_time_s": self.compute_s, "first_chunk_time_s": self.first_chunk_s,
+            "total_compute_time_s": None if self.prior_compute_s is None else self.prior_compute_s + self.compute_s,
             "steps_per_second": self.session_steps / self.compute_s if self.compute_s > 0 else None,
             "conserved": conserved, "non_finite": non_finite, "plot_error": plot_error, "warnings": self.warnings,
             "backend": jax.default_backend(), "devices": [str(d) for d in devices],
@@ -769,6 +780,25 @@ class _Driver:
             "versions": {"sciax": __version__, "jax": jax.__version__, "equinox": eqx.__version__},
             "scenario_hash": self.sc.hash(), "files": files,
         }
+
+
+def _system_text(system) -> str:
+    """`VanDerPol(mu=1000)`: the system's class and its scalar parameters (arrays by shape), for
+    plot titles."""
+    parts = []
+    for field in dataclasses.fields(system):
+        value = getattr(system, field.name, None)
+        if field.metadata.get("static", False) or value is None or callable(value):
+            continue
+        shape = np.shape(value)
+        if shape == ():
+            try:
+                parts.append(f"{field.name}={float(value):.4g}")
+            except (TypeError, ValueError):
+                continue
+        elif hasattr(value, "dtype"):
+            parts.append(f"{field.name}: {'x'.join(map(str, shape))} values")
+    return f"{type(system).__name__}({', '.join(parts)})"
 
 
 def _digest(data: bytes) -> str:

@@ -753,3 +753,33 @@ def test_resume_after_the_chunk_checks_still_equals_an_uninterrupted_run(tmp_pat
     resumed = run(s, tmp_path, resume=True, progress=False)
     assert resumed.status == "completed"
     assert_same(load_trajectory(tmp_path / "trajectory.npz"), direct(s))
+
+
+def test_after_a_resume_the_summary_reports_the_whole_run_s_compute_time_and_this_invocation_s(tmp_path):
+    """After --resume the summary's times covered only the resumed part."""
+    s = scenario(LORENZ)
+    first = run(s, tmp_path, progress=False, max_chunks=2).summary
+    second = run(s, tmp_path, resume=True, progress=False).summary
+    assert first["total_compute_time_s"] == first["compute_time_s"]
+    assert second["compute_time_s"] > 0 and second["resumed_from_step"] == 200
+    # The checkpoint records the compute time up to its own writing, a moment before the first
+    # invocation's summary adds the rest of that chunk's bookkeeping.
+    assert 0 <= first["compute_time_s"] + second["compute_time_s"] - second["total_compute_time_s"] < 0.25
+    assert second["total_compute_time_s"] > second["compute_time_s"]
+
+
+def test_the_plot_title_names_the_system_s_parameters(tmp_path, monkeypatch):
+    """A Van der Pol plot did not say mu."""
+    import sciax.plot
+
+    titles = []
+    original = sciax.plot.plot_trajectory
+
+    def recording(*args, **kwargs):
+        titles.append(kwargs["title"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(sciax.plot, "plot_trajectory", recording)
+    text = LORENZ.replace("plot = false", "plot = true").replace("rho = 28.0", "rho = 24.5")
+    run(scenario(text), tmp_path, progress=False)
+    assert titles == ["lorenz_test: Lorenz(sigma=10, rho=24.5, beta=2.667), RK4, dt = 0.01, float64"]
