@@ -121,6 +121,13 @@ def test_covariance_matches_scipy_least_squares():
     with_sigma = fit_oscillator(data, sigma=0.05)
     np.testing.assert_allclose(with_sigma.covariance, expected * 0.05**2 / s2, rtol=1e-6)
     np.testing.assert_allclose(with_sigma.params["omega"], result.params["omega"], rtol=1e-9)
+    # What other tools report: the SSE without sigma, χ² with it (the summary showed only ½Σr²).
+    sse = np.sum(residuals(x_opt) ** 2)  # an independent rollout of the fitted model
+    np.testing.assert_allclose(result.chi_square, sse, rtol=1e-8)
+    np.testing.assert_allclose(with_sigma.chi_square, sse / 0.05**2, rtol=1e-6)
+    assert f"SSE (no sigma): {result.chi_square:.6g} ({sse / (len(data) - 2):.4g} per degree of freedom)" \
+        in result.summary()
+    assert f"χ²: {with_sigma.chi_square:.6g}" in with_sigma.summary()
 
 
 def test_covariance_comes_from_the_solvers_last_linearisation(monkeypatch):
@@ -361,11 +368,16 @@ def test_messages_say_why_standard_errors_are_nan():
                       rollout=ROLLOUT, t0=0.0, transforms=TRANSFORMS, sigma=0.05, **TOL)
     assert given.message == "" and np.isfinite(given.standard_errors["omega"])
     # Undriven (drive_amplitude = 0): drive_frequency changes nothing, so J has a zero column.
+    # It made every standard error NaN; now only its own, and it is named.
     blind = fit_oscillator(noisy(4), params=("omega", "zeta", "drive_frequency"), sigma=0.05,
                            transforms={**TRANSFORMS, "drive_frequency": Positive()})
-    assert blind.converged and all(np.isnan(e) for e in blind.standard_errors.values())
-    assert "some combination of the fitted values is not identifiable" in blind.message
-    assert "every standard error" in blind.message
+    assert blind.converged and np.isnan(blind.standard_errors["drive_frequency"])
+    assert blind.unidentifiable == ("drive_frequency",)
+    assert "drive_frequency is not identifiable from these data" in blind.message
+    assert "not identifiable from these data: drive_frequency" in blind.summary()
+    seeing = fit_oscillator(noisy(4), sigma=0.05)  # the reference: the same fit without it
+    for name in ("omega", "zeta"):
+        np.testing.assert_allclose(blind.standard_errors[name], seeing.standard_errors[name], rtol=1e-6)
 
 
 def test_covariance_rank_test_does_not_depend_on_parameter_units():
@@ -383,7 +395,25 @@ def test_covariance_rank_test_does_not_depend_on_parameter_units():
     np.testing.assert_allclose(cov / scale, expected / scale, rtol=0, atol=1e-6)
     jac64[:, 1] = 0.0  # a parameter the data do not depend on: not identifiable
     cov, _, _, full_rank = gauss_newton_covariance(jac64, np.zeros(50), 3, 3, False)
-    assert not full_rank and np.isnan(cov).all()
+    assert not full_rank and np.isnan(cov[1]).all() and np.isnan(cov[:, 1]).all()
+    kept = jac64[:, [0, 2]]  # the others keep the covariance of the fit without it
+    np.testing.assert_allclose(cov[np.ix_([0, 2], [0, 2])], np.linalg.inv(kept.T @ kept), rtol=1e-9)
+
+
+def test_only_the_parameters_in_an_undetermined_combination_lose_their_standard_errors():
+    """Two parameters entering only through their sum are not identifiable; a third is, with
+    the variance of the model written with the sum as one parameter (an estimable value has the
+    same variance with any generalised inverse)."""
+    from sciax._fit._optimise import gauss_newton_covariance
+
+    rng = np.random.default_rng(2)
+    a, c = rng.standard_normal(40), rng.standard_normal(40)
+    jac = np.stack([a, 1e3 * c, a], axis=1)  # parameters 0 and 2 only as p0 + p2
+    cov, unscaled, _, full_rank = gauss_newton_covariance(jac, np.zeros(40), 3, 3, False)
+    assert not full_rank
+    assert np.isnan(cov[0]).all() and np.isnan(cov[2]).all() and np.isfinite(cov[1, 1])
+    reduced = np.stack([a, 1e3 * c], axis=1)
+    np.testing.assert_allclose(cov[1, 1], np.linalg.inv(reduced.T @ reduced)[1, 1], rtol=1e-9)
 
 
 def test_float32_fit_of_a_large_population_reports_standard_errors():
@@ -1061,6 +1091,11 @@ class TestBadInput:
             fit_oscillator(CLEAN, solver="newton")
         with pytest.raises(ValueError, match="`jacobian` must be 'auto', 'forward' or 'reverse'"):
             fit_oscillator(CLEAN, jacobian="central")
+        for other_spelling in ("fwd", "Forward"):  # one spelling per option
+            with pytest.raises(ValueError, match="`jacobian` must be 'auto', 'forward' or 'reverse'"):
+                fit_oscillator(CLEAN, jacobian=other_spelling)
+        with pytest.raises(ValueError, match="`compilation` must be 'auto', 'optimised' or 'fast', got 'optimized'"):
+            fit_oscillator(CLEAN, compilation="optimized")
 
     def test_solve_tolerances_accept_any_real_number_and_refuse_others(self):
         rollout = sciax.Solve(rtol=np.float32(1e-6), atol=np.float64(1e-8), dt0=np.int64(1))

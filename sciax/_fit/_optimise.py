@@ -297,12 +297,16 @@ def gauss_newton_covariance(jac, r, n_interest, n_unknowns, scale_covariance):
 
     The columns are scaled to unit norm first, J = Ĵ D with D = diag(‖J_j‖), so that the rank
     test does not depend on the units of the parameters: (JᵀJ)⁻¹ = D⁻¹ V S⁻² Vᵀ D⁻¹ from the SVD
-    Ĵ = U S Vᵀ (no squared condition number); singular values of Ĵ below s₀ · max(n, p) · ε,
-    or a zero column, count as not identifiable and give NaN. (Unscaled, a float32 SIR fit
-    with N = 10^7, whose Jacobian columns differ by 10^7 through the units alone, was called
-    rank-deficient with every standard error NaN.) Scaled by the residual variance
-    s² = Σr² / (n − p) when `scale_covariance`. Returns (covariance, unscaled covariance,
-    residual variance, full rank).
+    Ĵ = U S Vᵀ (no squared condition number). Singular values of Ĵ below s₀ · max(n, p) · ε
+    (a zero column among them) span the directions the data do not determine: an unknown with a
+    share of more than 10⁻⁶ of its unit vector in them is not identifiable, and its rows and
+    columns are NaN. The others are estimable, and their covariance is that of the
+    pseudo-inverse, D⁻¹ V S⁺² Vᵀ D⁻¹ (for an estimable value any generalised inverse of JᵀJ
+    gives the same variance): an unidentifiable parameter no longer makes every standard error
+    NaN. (Unscaled, a float32 SIR fit with N = 10^7, whose Jacobian columns differ by 10^7
+    through the units alone, was called rank-deficient with every standard error NaN.) Scaled by
+    the residual variance s² = Σr² / (n − p) when `scale_covariance`. Returns (covariance,
+    unscaled covariance, residual variance, full rank).
     """
     jac, r = np.asarray(jac), np.asarray(r)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # NaN/Inf are reported
@@ -322,12 +326,20 @@ def _covariance(jac, r, n_interest, n_unknowns, scale_covariance):
     norms = np.linalg.norm(jac, axis=0)
     columns_ok = norms > 0
     _, s, vt = np.linalg.svd(jac / np.where(columns_ok, norms, 1), full_matrices=False)
-    rank_ok = (s > s[0] * max(jac.shape) * np.finfo(jac.dtype).eps) & np.all(columns_ok)
-    inverse = np.where(rank_ok, 1 / np.where(rank_ok, s, 1) ** 2, np.nan)
+    rank_ok = s > s[0] * max(jac.shape) * np.finfo(jac.dtype).eps  # a zero column gives a zero s
+    share = np.sum(vt[~rank_ok] ** 2, axis=0)  # each unknown's share in the undetermined directions
+    unidentifiable = (share > _NULL_SHARE) | ~columns_ok
+    inverse = np.where(rank_ok, 1 / np.where(rank_ok, s, 1) ** 2, 0.0)  # the pseudo-inverse
     inv_norms = 1 / np.where(columns_ok, norms, 1)
-    cov_unscaled = ((vt.T * inverse) @ vt * np.outer(inv_norms, inv_norms))[:q, :q]
+    full = (vt.T * inverse) @ vt * np.outer(inv_norms, inv_norms)
+    full[unidentifiable, :] = np.nan
+    full[:, unidentifiable] = np.nan
+    cov_unscaled = full[:q, :q]
     cov = cov_unscaled * (residual_variance if scale_covariance else 1)
     return cov.astype(jac.dtype), cov_unscaled, residual_variance, bool(np.all(rank_ok))
+
+
+_NULL_SHARE = 1e-6  # squared component along the undetermined directions that makes an unknown unidentifiable
 
 
 def _labels(problem) -> tuple[str, ...]:
@@ -391,6 +403,8 @@ def package(problem, segment_states, segment_times, out, mode, scale_covariance,
         state0_se = layout.unflatten(se0)
 
     at_bounds = _at_bounds(problem, v, se_flat)
+    unidentifiable = () if full_rank or not np.all(np.isfinite(jac)) else tuple(
+        label for label, d in zip(_labels(problem), np.diag(cov_unscaled), strict=True) if np.isnan(d))
     converged = bool(out["success"])
     message = optx.RESULTS[result]
     final_finite = bool(np.all(np.isfinite(r)))
@@ -409,9 +423,11 @@ def package(problem, segment_states, segment_times, out, mode, scale_covariance,
         converged = False
         message = ("the residuals at the returned point are not finite (NaN/Inf). " + message).strip()
     elif converged and not full_rank:
-        message = ("converged, but the Jacobian is rank-deficient at the optimum: some combination of "
-                   "the fitted values is not identifiable from these data, so the covariance (every "
-                   "standard error) is NaN.")
+        which = (f"{', '.join(unidentifiable)} {'is' if len(unidentifiable) == 1 else 'are'} not identifiable "
+                 f"from these data (standard error NaN)" if unidentifiable else
+                 "some combination of the shooting segments' states is not identifiable from these data")
+        message = (f"converged, but the Jacobian is rank-deficient at the optimum: {which}; the other "
+                   "values' standard errors are computed on the identifiable subspace (the pseudo-inverse of JᵀJ).")
     elif converged and scale_covariance and not np.isfinite(residual_variance):
         message = (f"converged, but {r.shape[0]} residuals for {problem.n_unknowns} unknowns leave no degrees "
                    "of freedom to estimate the noise from the residuals, so the standard errors are NaN; "
@@ -440,6 +456,7 @@ def package(problem, segment_states, segment_times, out, mode, scale_covariance,
         converged=converged,
         message=message,
         at_bounds=at_bounds,
+        unidentifiable=unidentifiable,
         compilation=compilation,
         segment_times=segment_times,
         segment_states=states_at_optimum,

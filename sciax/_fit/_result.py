@@ -31,7 +31,8 @@ class FitResult(eqx.Module):
     - `state0_standard_errors`: standard errors of `state0`, same structure (0 where not
       fitted), or `None` when no initial-state entry was fitted.
     - `loss`: the minimised objective ½ Σ rᵢ² over all residuals (data and, with multiple
-      shooting, continuity); the chi-square is `2 * loss`.
+      shooting, continuity). What other tools report is `chi_square` (below), Σ rᵢ² over the
+      data residuals alone.
     - `residuals`: the data residuals (model − observed)/sigma (sigma = 1 when not given) over
       the observed (unmasked) entries: leaf by leaf of the `observe` output (one leaf for an
       array output), each flattened in time-major order.
@@ -42,9 +43,12 @@ class FitResult(eqx.Module):
       the physical values at the optimum. `s² = Σ r² / (n − p)` (the residual variance) when
       `sigma` was not given; `s² = 1` when it was (sigma taken as the true absolute errors).
       Multiple-shooting segment states are nuisance parameters: this is the marginal block of
-      the full covariance. A rank-deficient `J` (non-identifiable values) gives NaN.
+      the full covariance. Values the data do not determine (a rank-deficient `J`) have NaN
+      rows and columns, and are listed in `unidentifiable`; the others' covariance is that of the
+      pseudo-inverse of `JᵀJ` (the identifiable subspace).
     - `standard_errors` / `correlation`: √diag(covariance) and covariance / (σᵢ σⱼ).
     - `labels`: name of each row of `covariance`, e.g. `"omega"`, `"stiffness[2]"`, `"state0[1]"`.
+    - `unidentifiable`: labels of the fitted values the data do not determine (standard error NaN).
     - `residual_variance`: s² as defined above (computed in both cases).
     - `n_observations`, `n_parameters`: counts of data residuals and of fitted values
       (segment states excluded).
@@ -85,6 +89,7 @@ class FitResult(eqx.Module):
     message: str = eqx.field(static=True)
     segment_times: tuple[float, ...] = eqx.field(static=True)
     at_bounds: tuple[str, ...] = eqx.field(static=True, default=())
+    unidentifiable: tuple[str, ...] = eqx.field(static=True, default=())
     compilation: str = eqx.field(static=True, default="optimised")
     segment_states: object = None
     # What `plot_fit` needs to re-run the model with sampled parameters.
@@ -92,12 +97,31 @@ class FitResult(eqx.Module):
     optimum: jax.Array | None = None  # physical vector of all unknowns
     scale: jax.Array | None = None  # dv/du at the optimum (the transforms' derivatives)
 
+    @property
+    def chi_square(self) -> float:
+        """Σ rᵢ² over the data residuals: χ² = Σ ((model − observed)/σ)² when `sigma` was given,
+        the sum of squared errors Σ (model − observed)² when it was not. (`loss` is ½ Σ rᵢ² and
+        includes multiple shooting's continuity residuals.)"""
+        return float(np.sum(np.asarray(self.residuals, dtype=np.float64) ** 2))
+
+    @property
+    def sigma_given(self) -> bool | None:
+        """Whether the residuals were divided by a `sigma` other than 1 (None if unknown)."""
+        if self.problem is None:
+            return None
+        return any(bool(np.any(np.asarray(w) != 1)) for w in self.problem.inv_sigma)
+
     def summary(self, min_correlation: float = 0.1) -> str:
-        """The fit's status, the fitted values ± standard errors, and the correlations
-        C(a, b) with |C| ≥ `min_correlation`, strongest first (all of them: `correlation`)."""
+        """The fit's status, the loss and χ² (the sum of squared errors without `sigma`) with
+        χ²/(n − p), the fitted values ± standard errors, the values the data do not determine, and
+        the correlations C(a, b) with |C| ≥ `min_correlation`, strongest first (all of them:
+        `correlation`)."""
         status = f"converged: {self.converged}" + (f" ({self.message})" if self.message else "")
+        name = {True: "χ²", False: "SSE (no sigma)", None: "Σr² (data)"}[self.sigma_given]
+        dof = self.n_observations - self.n_parameters
+        reduced = f" ({self.chi_square / dof:.4g} per degree of freedom)" if dof > 0 else ""
         counts = (f"steps: {self.n_steps}   loss ½Σr²: {float(self.loss):.6g}   "
-                  f"n = {self.n_observations}, p = {self.n_parameters}")
+                  f"{name}: {self.chi_square:.6g}{reduced}   n = {self.n_observations}, p = {self.n_parameters}")
         lines = [status, counts]
         width = max((len(n) for n in self.labels), default=4)
         values = self._flat_values()
@@ -105,6 +129,8 @@ class FitResult(eqx.Module):
         for name, value, error in zip(self.labels, values, errors):
             near = "   (near a bound)" if name in self.at_bounds else ""
             lines.append(f"  {name:<{width}}  {value: .6g} ± {error:.3g}{near}")
+        if self.unidentifiable:
+            lines.append(f"not identifiable from these data: {', '.join(self.unidentifiable)}")
         q = len(self.labels)
         if q > 1:
             corr = np.asarray(self.correlation)
