@@ -159,7 +159,8 @@ def state_dtype(state):
     for d in dtypes:
         if not jnp.issubdtype(d, jnp.floating):
             raise StateMismatchError(
-                f"state leaves must be floating point (float32 or float64), got dtype {d}; "
+                f"state leaves must be floating point (float64, float32, or the half precisions float16 and "
+                f"bfloat16), got dtype {d}; "
                 "convert the initial state with jnp.asarray(..., dtype=jnp.float64) or float32."
             )
     if len(dtypes) > 1:
@@ -213,14 +214,14 @@ def check_precision(system, state_dtype, where: str, what: str = "the system") -
 
 def astype(tree, dtype):
     """Cast every floating-point array leaf of a pytree (a system, a state) to `dtype`, a floating
-    dtype (float32 or float64)."""
+    dtype (float64, float32, or the half precisions float16 and bfloat16)."""
     try:
         wanted = None if dtype is None else jnp.dtype(dtype)
     except TypeError:  # not a dtype at all, e.g. "foo"
         wanted = None
     if wanted is None or not jnp.issubdtype(wanted, jnp.floating):
         got = repr(dtype) if wanted is None else wanted.name
-        raise TypeError(f"astype: `dtype` must be a floating dtype (float32 or float64), got {got}.")
+        raise TypeError(f"astype: `dtype` must be a floating dtype (float64, float32, float16 or bfloat16), got {got}.")
     if wanted.itemsize == 8 and not jax.config.jax_enable_x64:  # JAX would give float32, silently
         raise ValueError("astype: float64 needs x64 on (jax.config.update('jax_enable_x64', True) before any "
                          "array is created); without it JAX makes float32 arrays.")

@@ -95,9 +95,23 @@ def test_astype_to_float64_is_refused_when_x64_is_off():
 
 @pytest.mark.parametrize("dtype, shown", [(jnp.int32, "int32"), (bool, "bool"), ("foo", "'foo'"), (None, "None")])
 def test_astype_refuses_a_non_floating_dtype(dtype, shown):
-    with pytest.raises(TypeError, match=rf"astype: `dtype` must be a floating dtype \(float32 or float64\), "
-                                        rf"got {shown}\."):
+    with pytest.raises(TypeError, match=rf"astype: `dtype` must be a floating dtype \(float64, float32, float16 or "
+                                        rf"bfloat16\), got {shown}\."):
         sciax.astype(Lorenz(), dtype)
+
+
+@pytest.mark.parametrize("half", [jnp.float16, jnp.bfloat16])
+def test_the_half_precisions_the_messages_name_are_the_ones_simulate_steps(half):
+    """float16/bfloat16 states ran while the messages said "float32 or float64"."""
+    system, y0 = sciax.astype(Lorenz(), half), jnp.array([1.0, 1.0, 1.0], half)
+    traj = sciax.simulate(system, y0, integrator=RK4(), dt=0.01, n_steps=10)
+    reference = sciax.simulate(Lorenz(), y0.astype(jnp.float64), integrator=RK4(), dt=0.01, n_steps=10)
+    assert traj.states.dtype == half
+    np.testing.assert_allclose(np.asarray(traj.final_state, np.float64), reference.final_state, rtol=2e-2)
+    with pytest.raises(sciax.StateMismatchError,
+                       match=r"floating point \(float64, float32, or the half precisions float16 and bfloat16\), "
+                             r"got dtype int32"):
+        sciax.simulate(Lorenz(), jnp.array([1, 1, 1], jnp.int32), integrator=RK4(), dt=0.01, n_steps=10)
 
 
 def test_astype_to_a_floating_dtype_and_presets_still_work(dtype):
