@@ -12,6 +12,11 @@ import numpy as np
 from .._validation import describe, is_concrete
 
 
+def minimum_image(difference, lengths):
+    """Fold coordinate differences to the nearest image: d - L round(d / L) (any broadcastable shapes)."""
+    return difference - lengths * jnp.round(difference / lengths)
+
+
 class Box(eqx.Module):
     r"""A periodic orthorhombic box $[0, L_x) \times [0, L_y) \times [0, L_z)$.
 
@@ -65,8 +70,11 @@ class Box(eqx.Module):
 
     def displacement(self, ri, rj) -> jax.Array:
         """Minimum-image $r_i - r_j$, broadcasting over leading axes; shape `(..., d)`, length units."""
-        d = ri - rj
-        return d - self.lengths * jnp.round(d / self.lengths)
+        return minimum_image(ri - rj, self.lengths)
+
+    def axis_displacement(self, xi, xj, axis: int) -> jax.Array:
+        """Minimum-image $x_i - x_j$ along one `axis` (coordinates of any broadcastable shapes)."""
+        return minimum_image(xi - xj, self.lengths[axis])
 
     def wrap(self, positions) -> tuple[jax.Array, jax.Array]:
         """Positions folded into $[0, L)$ and the integer image shifts $k$ with
@@ -129,6 +137,10 @@ class FreeSpace(eqx.Module):
     def displacement(self, ri, rj) -> jax.Array:
         """$r_i - r_j$, broadcasting over leading axes."""
         return ri - rj
+
+    def axis_displacement(self, xi, xj, axis: int) -> jax.Array:
+        """$x_i - x_j$ along one axis."""
+        return xi - xj
 
     def wrap(self, positions) -> tuple[jax.Array, jax.Array]:
         """The positions unchanged and zero image counts (int32)."""

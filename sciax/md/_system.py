@@ -18,16 +18,16 @@ from ..systems._base import AbstractHamiltonian
 from ._bonds import bonded_terms
 from ._box import Box, FreeSpace
 from ._neighbours import (
-    OVERFLOW_NEIGHBOURS,
     AllPairs,
     CellList,
     Neighbours,
     VerletList,
-    cell_candidates,
-    compact,
+    build_lists,
     grid_for,
     grid_status,
-    pair_sums,
+    pair_sums_all,
+    pair_sums_listed,
+    sort_by_cell,
 )
 from ._potentials import AbstractPairPotential, PotentialSum
 
@@ -250,26 +250,20 @@ class MDSystem(AbstractHamiltonian):
         positions = jnp.asarray(positions)
         radius = float(self._list_radius())
         grid = grid_for(self.box.lengths, radius)
-        from ._neighbours import cell_index  # noqa: PLC0415
-
-        counts = np.bincount(np.asarray(cell_index(self.box, positions, grid)), minlength=int(np.prod(grid)))
-        cell_capacity = int(math.ceil(counts.max() * margin)) + 2
+        _, _, runs = sort_by_cell(self.box, positions, grid)
+        window = int(math.ceil(int(jnp.max(runs[..., 1] + runs[..., 3])) * margin)) + 2
         if isinstance(strategy, CellList):
-            return eqx.tree_at(lambda s: s.neighbours, self, CellList(cell_capacity=cell_capacity, grid=grid))
-        probe = VerletList(skin=strategy.skin, capacity=1, cell_capacity=cell_capacity, grid=grid)
-        probe_system = eqx.tree_at(lambda s: s.neighbours, self, probe)
-        nbrs = probe_system.build_neighbours(positions)
-        needed = int(nbrs.required[0])
-        capacity = int(math.ceil(needed * margin)) + 2
+            return eqx.tree_at(lambda s: s.neighbours, self, CellList(cell_capacity=window, grid=grid))
+        _, _, _, needed, _ = build_lists(self.box, positions, grid, window, 1, radius)
+        capacity = int(math.ceil(int(needed) * margin)) + 2
         return eqx.tree_at(lambda s: s.neighbours, self, VerletList(
-            skin=strategy.skin, capacity=capacity, cell_capacity=cell_capacity, grid=grid))
+            skin=strategy.skin, capacity=capacity, cell_capacity=window, grid=grid))
 
     def grow(self, neighbours: Neighbours, *, margin: float = 1.25) -> "MDSystem":
         """A copy whose capacities hold what `neighbours.required` says was needed (host side),
         so a run that overflowed can be replayed; capacities never shrink.
 
-        **Raises:** `TypeError` if called under a JAX transformation; `ValueError` if the box is
-        too small even for one cell per axis (list radius not below half a box length).
+        **Raises:** `TypeError` if called under a JAX transformation.
         """
         where = "MDSystem.grow"
         if not all(is_concrete(x) for x in jax.tree_util.tree_leaves((self, neighbours))):
@@ -314,23 +308,15 @@ class MDSystem(AbstractHamiltonian):
         strategy = self.neighbours
         if isinstance(strategy, AllPairs):
             zero = jnp.zeros((), jnp.int32)
-            return Neighbours(jnp.zeros((n, 0), jnp.int32), positions, zero, n_builds + 1,
-                              jnp.zeros(2 + d, jnp.int32))
+            return Neighbours(jnp.zeros((n, 0), jnp.int32), jnp.arange(n, dtype=jnp.int32), positions, zero,
+                              n_builds + 1, jnp.zeros(2 + d, jnp.int32))
         radius = self._list_radius().astype(positions.dtype)
         grid_bits, allowed = grid_status(self.box, strategy.grid, radius)
-        cand, cell_bits, most = cell_candidates(self.box, positions, strategy.grid, strategy.cell_capacity)
-        if isinstance(strategy, CellList):
-            indices, n_need = cand, jnp.zeros((), jnp.int32)
-            bits = grid_bits | cell_bits
-        else:
-            safe = jnp.where(cand < n, cand, 0)
-            dr = self.box.displacement(positions[:, None, :], positions[safe])
-            mask = (cand < n) & (jnp.sum(dr * dr, axis=-1) < radius * radius)
-            indices, count = compact(mask, cand, strategy.capacity, n)
-            n_need = jnp.max(count)
-            bits = grid_bits | cell_bits | jnp.where(n_need > strategy.capacity, OVERFLOW_NEIGHBOURS, 0)
-        required = jnp.concatenate([jnp.stack([n_need, most]).astype(jnp.int32), allowed])
-        return Neighbours(indices, positions, bits.astype(jnp.int32), n_builds + 1, required)
+        capacity = strategy.capacity if isinstance(strategy, VerletList) else None
+        indices, order, bits, needed, window = build_lists(self.box, positions, strategy.grid,
+                                                           strategy.cell_capacity, capacity, radius)
+        required = jnp.concatenate([jnp.stack([needed, window]).astype(jnp.int32), allowed])
+        return Neighbours(indices, order, positions, (bits | grid_bits).astype(jnp.int32), n_builds + 1, required)
 
     def update_neighbours(self, positions, neighbours: Neighbours) -> Neighbours:
         """Neighbours valid at `positions` (jittable): a Verlet list is rebuilt when some particle
@@ -352,7 +338,7 @@ class MDSystem(AbstractHamiltonian):
             new = eqx.tree_at(lambda x: x.overflow, new, new.overflow | grid_bits)
         required = jnp.concatenate([jnp.maximum(new.required[:2], neighbours.required[:2]),
                                     jnp.minimum(new.required[2:], neighbours.required[2:])])
-        return Neighbours(new.indices, new.reference_positions, new.overflow | neighbours.overflow,
+        return Neighbours(new.indices, new.order, new.reference_positions, new.overflow | neighbours.overflow,
                           new.n_builds, required)
 
     def compute(self, positions, neighbours: Neighbours) -> ForceResult:
@@ -366,9 +352,12 @@ class MDSystem(AbstractHamiltonian):
         forces = jnp.zeros_like(positions)
         virial = jnp.zeros((d, d), dtype)
         if self.pair_terms:
-            indices = None if isinstance(self.neighbours, AllPairs) else neighbours.indices
-            energy, forces, virial = pair_sums(self._pair_energy_r2, self.box, positions, indices,
-                                               self._species_for_pairs())
+            species = self._species_for_pairs()
+            if isinstance(self.neighbours, AllPairs):
+                energy, forces, virial = pair_sums_all(self._pair_energy_r2, self.box, positions, species)
+            else:
+                energy, forces, virial = pair_sums_listed(self._pair_energy_r2, self.box, positions, neighbours,
+                                                          species)
         if self.bonded_terms:
             e, f, w = bonded_terms(self.bonded_terms, self.box, positions)
             energy, forces, virial = energy + e, forces + f, virial + w
