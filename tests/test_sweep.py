@@ -869,6 +869,15 @@ class TestBadInput:
                           run=lambda s, y, k: s.rho * jnp.ones(()))
         np.testing.assert_array_equal(res.outputs, [24, 25])
 
+    def test_a_value_that_overflows_the_target_s_precision(self):
+        """1e40 in float32 ran as inf, reported under its original value."""
+        lorenz32, y32 = sciax.astype(Lorenz(), jnp.float32), Y0.astype(jnp.float32)
+        with pytest.raises(ValueError, match=r"axis 'rho': 1e\+?40 overflows float32, the precision of its target "
+                                             r"\(largest finite value 3.40282e\+38\), and would run as inf"):
+            sciax.sweep(lorenz32, y32, axes={"rho": np.array([28.0, 1e40])}, run=identity)
+        res = sciax.sweep(lorenz32, y32, axes={"rho": np.array([28.0, np.inf])}, run=lambda s, y, k: s.rho * y)
+        assert res.outputs[1, 0] == np.inf  # an infinite value asked for is kept
+
     def test_keep_false_without_reductions_or_checks_is_refused(self):
         """With check_finite=False it ran every member and returned nothing; with the check it
         reports which members failed without copying their outputs to the host."""

@@ -282,7 +282,16 @@ def _axis(name, coords, target, kind, state0=None, **where) -> ResolvedAxis:
     if not jnp.issubdtype(dtype, jnp.complexfloating) and np.issubdtype(coords.dtype, np.complexfloating):
         raise ValueError(f"sweep: axis {name!r}: its target holds real {dtype} values, got complex values "
                          f"({coords.dtype}); the imaginary part would be dropped.")
-    values = np.asarray(coords, dtype=dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        values = np.asarray(coords, dtype=dtype)
+    if jnp.issubdtype(dtype, jnp.inexact) and np.issubdtype(coords.dtype, np.number):
+        overflowed = ~np.isfinite(values) & np.isfinite(coords)
+        if overflowed.any():  # 1e40 in float32 would run as inf under the label 1e40
+            lost = coords[overflowed].flat[0]
+            raise ValueError(
+                f"sweep: axis {name!r}: {lost.item()!r} overflows {jnp.dtype(dtype).name}, the precision of its target "
+                f"(largest finite value {float(jnp.finfo(dtype).max):g}), and would run as inf. Give values in "
+                f"range, or run in float64.")
     if not jnp.issubdtype(dtype, jnp.inexact) and not np.array_equal(values, coords):
         # e.g. Lorenz(rho=28) holds an integer: 24.5 would silently run as 24.
         lost = coords[values != coords].flat[0]
