@@ -649,7 +649,8 @@ class _Checker:
 def _lookup(checker: _Checker, where: str, name: str, registry: dict, kind: str) -> type:
     if name in registry:
         return registry[name]
-    raise checker.error(where, f"unknown {kind} {name!r}; valid names: {', '.join(registry)}.{_did_you_mean(name, registry)}")
+    hint = _did_you_mean(name, registry)
+    raise checker.error(where, f"unknown {kind} {name!r}; valid names: {', '.join(registry)}.{hint}")
 
 
 def _did_you_mean(name: str, valid) -> str:

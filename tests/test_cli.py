@@ -253,7 +253,7 @@ def test_a_second_run_into_a_busy_folder_exits_2_and_a_killed_run_leaves_no_stal
         before = (out / "states.csv").read_bytes()
         assert main(["run", str(path), "--out", str(out), "--n-steps", "400", "--quiet", "--no-compilation-cache"]) == 2
         err = capsys.readouterr().err
-        assert f"sciax run: error: the output folder {out} is in use by another sciax run (process {process.pid})" in err
+        assert f"error: the output folder {out} is in use by another sciax run (process {process.pid})" in err
         assert (out / "states.csv").read_bytes().startswith(before)  # untouched by the refused run
     finally:
         process.send_signal(signal.SIGKILL)  # a crash: the lock goes with the process

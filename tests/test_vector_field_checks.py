@@ -84,3 +84,18 @@ def test_a_right_vector_field_still_runs_and_matches_the_exact_solution():
     assert jnp.allclose(traj.final_state, y0 * jnp.exp(-1.0), rtol=1e-8)
     traj = sciax.simulate(Decay(), y0, integrator=sciax.integrators.RK4(), dt=0.01, n_steps=100)
     assert jnp.allclose(traj.final_state, y0 * jnp.exp(-1.0), rtol=1e-8)
+
+
+def test_the_abstract_ode_docstring_example_runs_as_written():
+    """The example in AbstractODE's docstring (how to write a system), run as written."""
+    import re
+    import textwrap
+
+    import equinox as eqx
+
+    doc = sciax.systems.AbstractODE.__doc__
+    code = textwrap.dedent(re.search(r"```python\n(.*?)```", doc, re.S).group(1))
+    namespace = {"sciax": sciax, "jax": jax, "jnp": jnp, "eqx": eqx}
+    exec(code, namespace)  # noqa: S102
+    expected = jnp.array([1.0, 2.0]) * jnp.exp(-0.5)
+    assert jnp.allclose(namespace["traj"].final_state, expected, rtol=1e-9)

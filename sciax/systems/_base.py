@@ -74,7 +74,27 @@ def like(y, *values):
 class AbstractODE(eqx.Module):
     """An ordinary differential equation dy/dt = f(t, y, args).
 
-    Subclasses implement `vector_field`. Library systems whose state is a fixed number of
+    Subclasses implement `vector_field(t, y, args)`, which returns dy/dt with exactly the
+    structure, shape and dtype of `y` (`simulate` and `solve` check this when they compile: a
+    smaller array would otherwise be broadcast into a wrong trajectory). Parameters are fields;
+    give them as arrays (`eqx.field(converter=jnp.asarray)`) so that `jax.grad`, `jax.vmap` and
+    `sciax.sweep` reach them, and mark configuration that selects code `eqx.field(static=True)`.
+    Optional: `default_state()`, `conserved_quantities(t, y)` (a dict of scalars; the runner
+    reports their drift) and `check_state(y)` (raise `StateMismatchError` for a wrong state).
+
+    ```python
+    class Decay(sciax.systems.AbstractODE):
+        rate: jax.Array = eqx.field(converter=jnp.asarray, default=1.0)  # 1 / time
+
+        def vector_field(self, t, y, args=None):
+            return -self.rate * y  # dy/dt = -k y: same shape and dtype as y
+
+    traj = sciax.simulate(Decay(rate=0.5), jnp.array([1.0, 2.0]), integrator=sciax.integrators.RK4(),
+                          dt=0.01, n_steps=100)  # traj.final_state ≈ [1, 2] · exp(-0.5)
+    ```
+
+    `examples/custom_system.py` is a complete worked example (a driven Duffing oscillator:
+    simulate, solve, a gradient, an ensemble). Library systems whose state is a fixed number of
     scalar components set `n_components` and write `vector_field` component-wise with
     `components`/`like`; `simulate` then steps them in struct-of-arrays layout.
     """
