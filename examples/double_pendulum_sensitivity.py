@@ -40,7 +40,7 @@ def main(out):
     result = sciax.sweep(
         pendulum, jnp.zeros(4, F32),
         axes={"state0[0]": angles, "state0[1]": angles},  # theta1 (rows), theta2 (columns)
-        simulate_kwargs=dict(integrator=RK4(), dt=DT, n_steps=int(T / DT), save_every=int(T / DT)),
+        rollout=sciax.Simulate(RK4(), dt=DT, n_steps=int(T / DT), save_every=int(T / DT)),
         output=final_state,
     )
     elapsed = time.perf_counter() - start

@@ -47,7 +47,7 @@ def main(out):
     result = sciax.sweep(
         SEIR(), jnp.array([0.999, 0.0, 0.001, 0.0]),
         axes={"beta": beta, "sigma": sigma, "gamma": gamma}, mode="zip",
-        simulate_kwargs=dict(integrator=RK4(), dt=DT, n_steps=int(DAYS / DT), save_every=int(1 / DT)),
+        rollout=sciax.Simulate(RK4(), dt=DT, n_steps=int(DAYS / DT), save_every=int(1 / DT)),
         output=infectious_and_peak,
         reduce={"band": Quantile([0.05, 0.25, 0.5, 0.75, 0.95]), "mean": "mean", "std": "std"},
     )

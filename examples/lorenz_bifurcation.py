@@ -46,8 +46,8 @@ def main(out):
     result = sciax.sweep(
         Lorenz(), jnp.array([1.0, 1.0, 1.0]),
         axes={"rho": rho},
-        simulate_kwargs=dict(integrator=RK4(), dt=DT, n_steps=N_STEPS, save_every=SAVE_EVERY,
-                             observables={"z": lambda t, y, system: y[2]}, save_states=False),
+        rollout=sciax.Simulate(RK4(), dt=DT, n_steps=N_STEPS, save_every=SAVE_EVERY,
+                               observables={"z": lambda t, y, system: y[2]}, save_states=False),
         output=local_maxima_of_z,
     )
     elapsed = time.perf_counter() - start

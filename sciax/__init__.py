@@ -28,11 +28,10 @@ from ._fit import (
     Identity as Identity,
     MultipleShooting as MultipleShooting,
     Positive as Positive,
-    Simulate as Simulate,
-    Solve as Solve,
     fit as fit,
     plot_fit as plot_fit,
 )
+from ._rollout import AbstractRollout as AbstractRollout, Simulate as Simulate, Solve as Solve
 from ._simulate import simulate as simulate
 from ._solve import solve as solve
 from ._state import PhaseSpace as PhaseSpace

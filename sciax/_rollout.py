@@ -1,6 +1,13 @@
-"""How `fit` integrates the model between observations: `Simulate` (fixed step) or `Solve`
-(Diffrax, adaptive). Both answer one question for one shooting segment: the states at a list
-of save times, from a start state at a start time. Segments are batched with `vmap`.
+"""How to integrate, as one object: `Simulate` (fixed step, `lax.scan`) or `Solve` (Diffrax,
+adaptive or stiff), used the same way by `sweep` (`rollout=`), `fit` (`rollout=`) and the runner.
+
+A rollout holds the method, the step or tolerances, the run length and the save schedule, so
+`rollout(system, state0, key=key)` is one trajectory. `fit` asks a rollout a different
+question for each shooting segment (the states at the observation times from a start state at
+a start time), so there the run length and save schedule come from the data and are left unset.
+
+The defaults are the same wherever an option appears: `adjoint=CheckpointAdjoint()` for fixed
+steps; `rtol=1e-8`, `atol=1e-10` for adaptive steps (`sciax.solve` too).
 """
 
 import math
@@ -11,16 +18,28 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._adjoint import AbstractAdjoint, DirectAdjoint, ReversibleAdjoint
-from .._simulate import simulate
-from .._solve import solve
-from .._validation import describe, positive_int
-from ..integrators._base import AbstractIntegrator
-from ._data import real_scalar, to_device
+from ._adjoint import AbstractAdjoint, CheckpointAdjoint, ReversibleAdjoint
+from ._callable_key import by_code
+from ._simulate import simulate
+from ._solve import DEFAULT_ATOL, DEFAULT_RTOL, solve
+from ._validation import describe, positive_int, real_scalar, to_device
+from .integrators._base import AbstractIntegrator
 
 
 class AbstractRollout(eqx.Module):
-    """Base class of the integration strategies that `fit` accepts as `rollout=`."""
+    """Base class of `Simulate` and `Solve`: how to integrate (see the module docstring).
+
+    `__call__(system, state0, *, key=None, args=None) -> Trajectory` runs one trajectory;
+    the other methods serve `fit`."""
+
+    def __call__(self, system, state0, *, key=None, args=None):
+        raise NotImplementedError
+
+    def check_complete(self, where: str) -> None:
+        """Raise unless the run length and save schedule are set (for `sweep` and plain runs)."""
+
+    def check_for_fit(self) -> None:
+        """Raise if the run length or save schedule is set: `fit` takes them from the data."""
 
     def check_times(self, t0: float, times: np.ndarray, eps: float) -> None:
         """Host-side check that `times` (float64, increasing, ≥ t0) can be saved; `eps` is the
@@ -30,7 +49,7 @@ class AbstractRollout(eqx.Module):
         """A batched plan: segment `j` starts at `starts[j]` and saves at `save_times[j]`."""
         raise NotImplementedError
 
-    def run(self, system, state0, plan, args):
+    def run_plan(self, system, state0, plan, args):
         """States at the plan's save times (pytree with a leading save axis); one segment."""
         raise NotImplementedError
 
@@ -92,10 +111,35 @@ class _UntilTime(AbstractIntegrator):
         self.inner.check_system(system)
 
 
+def _observables(observables, owner):
+    if observables is None:
+        return None
+    if not isinstance(observables, dict) or not all(isinstance(k, str) and callable(f)
+                                                    for k, f in observables.items()):
+        raise TypeError(f"{owner}: `observables` must be a dict mapping names to functions fn(t, state, system), "
+                        f"got {observables!r}.")
+    return {name: by_code(fn) for name, fn in observables.items()}  # equal code: the same compiled program
+
+
 class Simulate(AbstractRollout):
     """Integrate with `sciax.simulate` (fixed step, `lax.scan`).
 
-    Observation times must lie on the step grid `t0 + k·dt` (to within 1e-6·dt plus the
+    **Arguments:**
+
+    - `integrator`: a `sciax.integrators` method, e.g. `RK4()`, `VelocityVerlet()`.
+    - `dt`: the step (time units), a positive float (a compile-time constant).
+    - `n_steps`, `save_every`, `t0`: the run length, the steps between saved frames and the
+      initial time, as in `sciax.simulate` (`n_steps` is required for `sweep` and plain runs
+      and must be left unset for `fit`, which takes the times from the data).
+    - `observables`, `save_states`, `check_finite`: what each frame keeps, as in `simulate`.
+    - `adjoint`: how reverse mode differentiates the rollout: `CheckpointAdjoint()` (default),
+      `DirectAdjoint()`, or `ReversibleAdjoint()` for symplectic integrators (reverse mode
+      only).
+
+    `Simulate(...)(system, state0, key=key)` is `simulate(system, state0, ...)` with these
+    settings.
+
+    **In `fit`:** observation times must lie on the step grid `t0 + k·dt` (to within 1e-6·dt plus the
     rounding of the times' own dtype, so float32 times from a float32 run pass); a time off
     the grid is an error that names it and the nearest grid time. Nothing is interpolated:
     the model is compared with data exactly where the integrator put a step. Steps between
@@ -108,38 +152,71 @@ class Simulate(AbstractRollout):
 
     **Arguments:**
 
-    - `integrator`: a `sciax.integrators` method, e.g. `RK4()`, `VelocityVerlet()`
-      (deterministic only).
-    - `dt`: the step (time units), a positive float.
-    - `adjoint`: how reverse mode differentiates the rollout: `DirectAdjoint()` (default),
-      `CheckpointAdjoint()` to bound memory (forward mode works with both), or
-      `ReversibleAdjoint()` for symplectic integrators (reverse mode only).
+    The integrator must be deterministic in `fit`.
     """
 
     integrator: AbstractIntegrator
     dt: float = eqx.field(static=True)
-    adjoint: AbstractAdjoint = DirectAdjoint()
+    n_steps: int | None = eqx.field(static=True)
+    save_every: int = eqx.field(static=True)
+    t0: float | None = eqx.field(static=True)
+    observables: dict | None = eqx.field(static=True)
+    save_states: bool = eqx.field(static=True)
+    check_finite: bool = eqx.field(static=True)
+    adjoint: AbstractAdjoint
 
-    def __init__(self, integrator, dt, adjoint=None):
-        adjoint = DirectAdjoint() if adjoint is None else adjoint
+    def __init__(self, integrator, dt, *, n_steps=None, save_every=1, t0=None, observables=None, save_states=True,
+                 check_finite=False, adjoint=None):
+        adjoint = CheckpointAdjoint() if adjoint is None else adjoint
         if not isinstance(integrator, AbstractIntegrator):
             raise TypeError(
                 f"Simulate: `integrator` must be a sciax.integrators method such as RK4(), got "
                 f"{describe(integrator)}."
             )
-        if integrator.stochastic:
-            raise ValueError(
-                f"Simulate: `fit` needs a deterministic integrator, got the stochastic "
-                f"{type(integrator).__name__}; fit the drift with e.g. RK4()."
-            )
         if not isinstance(adjoint, AbstractAdjoint):
-            raise TypeError(f"Simulate: `adjoint` must be a sciax adjoint such as DirectAdjoint(), got {adjoint!r}.")
+            raise TypeError(f"Simulate: `adjoint` must be a sciax adjoint such as CheckpointAdjoint(), got "
+                            f"{adjoint!r}.")
         dt = real_scalar("dt", dt, owner="Simulate")
         if not (math.isfinite(dt) and dt > 0):
             raise ValueError(f"Simulate: `dt` must be positive and finite, got {dt!r}.")
         self.integrator = integrator
         self.dt = dt
+        self.n_steps = None if n_steps is None else positive_int("n_steps", n_steps, "Simulate")
+        self.save_every = positive_int("save_every", save_every, "Simulate")
+        self.t0 = None if t0 is None else real_scalar("t0", t0, owner="Simulate")
+        self.observables = _observables(observables, "Simulate")
+        self.save_states = bool(save_states)
+        self.check_finite = bool(check_finite)
         self.adjoint = adjoint
+
+    def __call__(self, system, state0=None, *, key=None, args=None, carry0=None, step_offset=0):
+        """`sciax.simulate` with these settings (`carry0`, `step_offset`: continue a run)."""
+        self.check_complete("Simulate")
+        return simulate(system, state0, integrator=self.integrator, dt=self.dt, n_steps=self.n_steps,
+                        save_every=self.save_every, t0=0.0 if self.t0 is None else self.t0, key=key, args=args,
+                        observables=self.observables, save_states=self.save_states, adjoint=self.adjoint,
+                        check_finite=self.check_finite, step_offset=step_offset, carry0=carry0)
+
+    @property
+    def stochastic(self) -> bool:
+        return self.integrator.stochastic
+
+    def check_complete(self, where):
+        if self.n_steps is None:
+            raise ValueError(f"{where}: Simulate needs the run length: pass n_steps=... (and save_every=...).")
+
+    def check_for_fit(self):
+        if self.integrator.stochastic:
+            raise ValueError(
+                f"Simulate: `fit` needs a deterministic integrator, got the stochastic "
+                f"{type(self.integrator).__name__}; fit the drift with e.g. RK4()."
+            )
+        given = [n for n in ("n_steps", "t0", "observables") if getattr(self, n) is not None] + \
+            (["save_every"] if self.save_every != 1 else []) + (["save_states"] if not self.save_states else []) + \
+            (["check_finite"] if self.check_finite else [])
+        if given:
+            raise ValueError(f"fit: the rollout's {', '.join(given)} must be left unset: fit takes the start time "
+                             "(`t0=`) and the save times from the data.")
 
     def check_times(self, t0, times, eps):
         k = np.rint((times - t0) / self.dt)
@@ -183,7 +260,7 @@ class Simulate(AbstractRollout):
             t_stop=None if np.all(last == last[0]) else to_device(seg_t0 + last * self.dt, dtype),
         )
 
-    def run(self, system, state0, plan, args):
+    def run_plan(self, system, state0, plan, args):
         integrator = self.integrator if plan.t_stop is None else _UntilTime(self.integrator, plan.t_stop)
         traj = simulate(
             system, state0, integrator=integrator, dt=self.dt, n_steps=plan.n_steps,
@@ -220,31 +297,62 @@ def _real_as_float(value):
 class Solve(AbstractRollout):
     """Integrate with `sciax.solve` (Diffrax; adaptive steps, stiff solvers, any save times).
 
-    The model is saved exactly at the observation times (`SaveAt(ts=times)`); no grid.
-    Noise-free synthetic data generated by `sciax.solve` with the same solver and tolerances
-    are reproduced exactly (save times do not change Diffrax's steps).
-
     **Arguments:**
 
     - `solver`: a name known to `sciax.solve` (`"tsit5"` default, `"dopri8"`, `"kvaerno5"` for
       stiff problems, …) or a Diffrax solver.
-    - `rtol`, `atol`: step-size controller tolerances (default 1e-8, 1e-10). Keep them well
-      below the noise so that the fit sees a smooth model; `rtol=None` with `dt0` gives
-      constant steps.
+    - `t0`, `t1`, `save_at`: the time span and save times, as in `sciax.solve` (required for
+      `sweep` and plain runs; left unset for `fit`, which takes them from the data).
+    - `rtol`, `atol`: step-size controller tolerances (default 1e-8, 1e-10, as `sciax.solve`).
+      In a fit keep them well below the noise so that the fit sees a smooth model;
+      `rtol=None` with `dt0` gives constant steps.
     - `dt0`: initial (or constant) step; `None` lets Diffrax choose.
-    - `max_steps`: Diffrax's step limit per segment (default 100,000). A solve that fails
+    - `max_steps`: Diffrax's step limit (default 100,000). In a fit, a solve that fails
       returns non-finite states, so the optimiser rejects that step.
-    - `adjoint`: `None` (default) picks Diffrax's `ForwardMode` when `fit` uses forward-mode
-      Jacobians and `RecursiveCheckpointAdjoint` for reverse mode; or a name/instance that
+    - `adjoint`: `None` (default) is `"recursive_checkpoint"`, except in a fit with
+      forward-mode Jacobians, where it is Diffrax's `ForwardMode`; or a name/instance that
       `sciax.solve` accepts.
+    - `observables`: as in `sciax.solve`.
+
+    `Solve(...)(system, state0)` is `solve(system, state0, ...)` with these settings.
+
+    **In `fit`:** the model is saved exactly at the observation times (`SaveAt(ts=times)`); no
+    grid. Noise-free synthetic data generated by `sciax.solve` with the same solver and
+    tolerances are reproduced exactly (save times do not change Diffrax's steps).
     """
 
     solver: object = "tsit5"
-    rtol: float | None = eqx.field(static=True, default=1e-8, converter=_real_as_float)
-    atol: float | None = eqx.field(static=True, default=1e-10, converter=_real_as_float)
+    t0: float | None = eqx.field(static=True, default=None, converter=_real_as_float)
+    t1: float | None = eqx.field(static=True, default=None, converter=_real_as_float)
+    save_at: object = None
+    rtol: float | None = eqx.field(static=True, default=DEFAULT_RTOL, converter=_real_as_float)
+    atol: float | None = eqx.field(static=True, default=DEFAULT_ATOL, converter=_real_as_float)
     dt0: float | None = eqx.field(static=True, default=None, converter=_real_as_float)
     max_steps: int = eqx.field(static=True, default=100_000)
     adjoint: object = None
+    observables: dict | None = eqx.field(static=True, default=None, converter=lambda o: _observables(o, "Solve"))
+
+    def __call__(self, system, state0, *, key=None, args=None, throw=True):
+        """`sciax.solve` with these settings (`key` is unused: solves are deterministic)."""
+        self.check_complete("Solve")
+        adjoint = "recursive_checkpoint" if self.adjoint is None else self.adjoint
+        return solve(system, state0, t0=self.t0, t1=self.t1, save_at=self.save_at, solver=self.solver,
+                     rtol=self.rtol, atol=self.atol, dt0=self.dt0, max_steps=self.max_steps, adjoint=adjoint,
+                     args=args, observables=self.observables, throw=throw)
+
+    @property
+    def stochastic(self) -> bool:
+        return False
+
+    def check_complete(self, where):
+        if self.t0 is None or self.t1 is None:
+            raise ValueError(f"{where}: Solve needs the time span: pass t0=... and t1=... (and save_at=...).")
+
+    def check_for_fit(self):
+        given = [n for n in ("t0", "t1", "save_at", "observables") if getattr(self, n) is not None]
+        if given:
+            raise ValueError(f"fit: the rollout's {', '.join(given)} must be left unset: fit takes the start time "
+                             "(`t0=`) and the save times from the data.")
 
     def __check_init__(self):
         positive_int("max_steps", self.max_steps, "Solve")
@@ -282,7 +390,7 @@ class Solve(AbstractRollout):
         ts = np.stack([np.pad(t, (0, n_save - len(t)), mode="edge") for t in save_times])
         return _SolvePlan(t0=to_device(starts, dtype), t1=to_device(ends, dtype), ts=to_device(ts, dtype))
 
-    def run(self, system, state0, plan, args):
+    def run_plan(self, system, state0, plan, args):
         adjoint = "recursive_checkpoint" if self.adjoint is None else self.adjoint
         traj = solve(system, state0, t0=plan.t0, t1=plan.t1, save_at=plan.ts, solver=self.solver,
                      rtol=self.rtol, atol=self.atol, dt0=self.dt0, max_steps=self.max_steps,

@@ -2,6 +2,7 @@
 (implicit) solvers, arbitrary save times and a choice of adjoint. Same `Trajectory` out."""
 
 from collections.abc import Callable
+from typing import Literal
 
 import diffrax as dfx
 import equinox as eqx
@@ -55,46 +56,53 @@ ADJOINTS: dict[str, type[dfx.AbstractAdjoint]] = {
 # `dfx.ImplicitAdjoint` is not listed: it differentiates a steady state, not a trajectory.
 
 
+SolverName = Literal["tsit5", "dopri5", "dopri8", "bosh3", "ralston", "midpoint", "heun", "euler", "implicit_euler",
+                     "kvaerno3", "kvaerno4", "kvaerno5"]
+AdjointName = Literal["recursive_checkpoint", "backsolve", "direct", "forward"]
+DEFAULT_RTOL, DEFAULT_ATOL = 1e-8, 1e-10  # the adaptive defaults everywhere (`solve`, `Solve`)
+
+
 @with_fewer_collections
 def solve(
     system,
-    y0,
+    state0,
     *,
     t0,
     t1,
     save_at=None,
-    solver: str | dfx.AbstractSolver = "tsit5",
-    rtol=1e-6,
-    atol=1e-9,
+    solver: SolverName | dfx.AbstractSolver = "tsit5",
+    rtol=DEFAULT_RTOL,
+    atol=DEFAULT_ATOL,
     dt0=None,
     max_steps: int = 100_000,
-    adjoint: str | dfx.AbstractAdjoint = "recursive_checkpoint",
+    adjoint: AdjointName | dfx.AbstractAdjoint = "recursive_checkpoint",
     args=None,
     observables: dict[str, Callable] | None = None,
     throw: bool = True,
 ) -> Trajectory:
-    """Integrate the ODE `system` from `y0` at `t0` to `t1` with Diffrax and save at `save_at`.
+    """Integrate the ODE `system` from `state0` at `t0` to `t1` with Diffrax and save at `save_at`.
 
     Steps are adaptive (a PID controller on `rtol`/`atol`) unless `rtol=None`, in which case
     they are constant: n = ceil((t1 - t0) / dt0) equal steps of (t1 - t0) / n (that is,
     `dt0` when it divides `t1 - t0`). Times are cast to the state's dtype, so float32 and
-    float64 runs keep their precision. Pure: works under `jax.jit`, `jax.vmap` (over `y0` and
+    float64 runs keep their precision. Pure: works under `jax.jit`, `jax.vmap` (over `state0` and
     the system's parameters) and `jax.grad`.
 
     **Arguments:**
 
     - `system`: an `AbstractODE` (including Hamiltonian particle systems; not an SDE).
-    - `y0`: initial state: an array for ODEs, a `PhaseSpace` for particle systems (any pytree
+    - `state0`: initial state: an array for ODEs, a `PhaseSpace` for particle systems (any pytree
       the system's `vector_field` accepts), float32 or float64. The system's float
       parameters may not be wider than the state (`sciax.astype(system, jnp.float32)`).
     - `t0`, `t1`: initial and final time (time units), `t1 > t0`.
     - `save_at`: 1-D array of strictly increasing times in `[t0, t1]` at which to save the
-      state. Default: `t1` only (one frame, the final state). Include `t0` to save `y0` too.
+      state. Default: `t1` only (one frame, the final state). Include `t0` to save `state0` too.
     - `solver`: a `diffrax` solver instance or a name: explicit `"tsit5"`, `"dopri5"`,
       `"dopri8"`, `"bosh3"`, `"ralston"`, `"midpoint"`, `"heun"`, `"euler"` (constant steps
       only); implicit, for stiff problems, `"implicit_euler"`, `"kvaerno3"`, `"kvaerno4"`,
       `"kvaerno5"`.
-    - `rtol`, `atol`: relative and absolute tolerances of the adaptive step (positive). With
+    - `rtol`, `atol`: relative and absolute tolerances of the adaptive step (positive; default
+      1e-8 and 1e-10, as `sciax.Solve`). With
       `rtol=None` steps are constant (`dt0` required) and `atol` is ignored: n =
       ceil((t1 − t0)/dt0) equal steps, so a derivative with respect to `t0`, `t1` or `dt0` is
       that of the discretisation with n held fixed, and the solution jumps where n changes
@@ -126,7 +134,9 @@ def solve(
     **Raises:** `StateMismatchError` (state does not fit the system), `TypeError` (system
     parameters wider than the state, or an argument of the wrong type), `ValueError`
     for bad arguments (naming the argument, what was expected and what was received), and
-    Diffrax's runtime error when the solve fails and `throw=True`.
+    Diffrax's runtime error when the solve fails and `throw=True`: `MaxStepsError` when it
+    reaches `max_steps` outside `jax.jit`, saying that an explicit solver's problem may be
+    stiff and naming the implicit solvers.
 
     ```python
     traj = sciax.solve(sciax.systems.VanDerPol(mu=1000.0), jnp.array([2.0, 0.0]),
@@ -134,7 +144,7 @@ def solve(
                        solver="kvaerno5", rtol=1e-8, atol=1e-10)
     ```
     """
-    dtype = _validate(system, y0, t0, t1, save_at, rtol, atol, dt0, observables, throw)
+    dtype = _validate(system, state0, t0, t1, save_at, rtol, atol, dt0, observables, throw)
     check_precision(args, dtype, "solve", what="`args`")
     max_steps = positive_int("max_steps", max_steps, "solve")
     solver = _make_solver(solver, rtol)
@@ -148,19 +158,51 @@ def solve(
     t1 = jnp.asarray(t1, dtype=dtype)
     save_at = _save_times(save_at, t0, t1, dtype)
     observables = {name: by_code(fn) for name, fn in (observables or {}).items()}  # a new lambda: no recompile
-    return _solve(system, y0, t0, t1, save_at, solver, controller, dt0, max_steps, adjoint,
+    try:
+        return _solve(system, state0, t0, t1, save_at, solver, controller, dt0, max_steps, adjoint,
                   args, observables, throw)
+    except eqx.EquinoxRuntimeError as e:  # throw=True and an eager call: Diffrax's step limit
+        if _MAX_STEPS_MESSAGE not in str(e):
+            raise
+        raise MaxStepsError(_max_steps_advice(solver, max_steps)) from None
 
 
-def _validate(system, y0, t0, t1, save_at, rtol, atol, dt0, observables, throw):
+class MaxStepsError(eqx.EquinoxRuntimeError):
+    """`solve` reached `max_steps` before `t1` (with `throw=True`, called outside `jax.jit`). The
+    message says what to try: a larger `max_steps` or looser tolerances, and, for an explicit
+    solver, an implicit one, since a stiff problem makes explicit steps tiny."""
+
+
+_MAX_STEPS_MESSAGE = "The maximum number of solver steps was reached"
+_STIFF_SOLVERS = ("kvaerno5", "kvaerno4", "kvaerno3", "implicit_euler")
+
+
+def _max_steps_advice(solver, max_steps) -> str:
+    name = type(solver).__name__
+    text = f"solve: {name} took max_steps = {max_steps} steps without reaching `t1`."
+    if isinstance(solver, dfx.AbstractImplicitSolver):
+        return text + " Raise `max_steps`, or loosen `rtol`/`atol`."
+    return (text + f" The problem may be stiff (fast and slow time scales, e.g. VanDerPol with a large mu): {name} "
+            "is an explicit method, whose stable steps a stiff problem makes tiny. Use an implicit solver: "
+            f"solver={_STIFF_SOLVERS[0]!r} (or {', '.join(repr(n) for n in _STIFF_SOLVERS[1:])}). If it is not "
+            "stiff, raise `max_steps` or loosen `rtol`/`atol`.")
+
+
+def _validate(system, state0, t0, t1, save_at, rtol, atol, dt0, observables, throw):
     if not isinstance(system, AbstractODE) or isinstance(system, AbstractSDE):
         raise TypeError(
             "solve: `system` must be a sciax ODE system (AbstractODE, not an SDE: use "
             f"simulate with a stochastic integrator for those), got {type(system).__name__}."
         )
-    type(system).check_state(system, y0)  # not a bound method: see simulate's _validate
-    dtype = state_dtype(y0)
-    check_finite_state("solve", "y0", y0)
+    type(system).check_state(system, state0)  # not a bound method: see simulate's _validate
+    dtype = state_dtype(state0)
+    if jnp.finfo(dtype).bits < 32:  # Diffrax's step-size control does not work in 3-4 digits
+        raise TypeError(
+            f"solve: the state is {jnp.dtype(dtype).name}; solve's adaptive steps need float32 or float64 (in "
+            "half precision the error estimates are rounding noise, and the solve fails). Convert the system "
+            "and state with sciax.astype(..., jnp.float32), or use `simulate`, whose fixed steps run in "
+            "half precision.")
+    check_finite_state("solve", "state0", state0)
     check_precision(system, dtype, "solve")
     for name, value in (("t0", t0), ("t1", t1)):
         check_time_scalar("solve", name, value, dtype)
@@ -357,12 +399,12 @@ def _frame_is_finite(states, n_frames):
 
 
 @eqx.filter_jit
-def _solve(system, y0, t0, t1, save_at, solver, controller, dt0, max_steps, adjoint, args,
+def _solve(system, state0, t0, t1, save_at, solver, controller, dt0, max_steps, adjoint, args,
            observables, throw) -> Trajectory:
-    check_derivative("solve", system, "vector_field", t0, y0, args)  # while tracing: once per compilation
+    check_derivative("solve", system, "vector_field", t0, state0, args)  # while tracing: once per compilation
     t0_, t1_, save_at_, dt0_ = _refuse_unsupported_derivatives(adjoint, t0, t1, save_at, dt0)
     solution = dfx.diffeqsolve(
-        dfx.ODETerm(_vector_field), solver, t0_, t1_, dt0_, y0, args=(system, args),
+        dfx.ODETerm(_vector_field), solver, t0_, t1_, dt0_, state0, args=(system, args),
         saveat=dfx.SaveAt(ts=save_at_), stepsize_controller=controller, adjoint=adjoint,
         max_steps=max_steps, throw=throw,
     )

@@ -274,3 +274,25 @@ def check_derivative(where: str, system, method: str, t, y, args) -> None:
             f"state y that is {describe_structure(want)}; it must return one value per state component, "
             "with the state's structure, shapes and dtype (a smaller array would be broadcast against "
             "the state and give a wrong trajectory).")
+
+
+def to_device(x, dtype):
+    """`x` as a JAX array of `dtype`, converted on the host (an eager `jnp.asarray` compiles
+    a small conversion kernel per new shape and dtype, which a fit's first call would pay)."""
+    return jax.device_put(np.asarray(x, dtype=dtype))
+
+
+def real_scalar(name, value, owner="fit") -> float:
+    """`value` as a Python float, or an error naming `owner` and the argument (strings, complex
+    numbers, booleans and arrays with more than one entry are refused, not converted)."""
+    if isinstance(value, bool | np.bool_):
+        raise TypeError(f"{owner}: `{name}` must be a real number, got {describe(value)}.")
+    refuse_tracers(owner, f"`{name}` is a setting it keeps as a Python number.", **{name: value})
+    if isinstance(value, numbers.Real):  # int, float, NumPy scalars, Fraction, Decimal
+        return float(value)
+    if np.iscomplexobj(value) or np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "iuf":
+        raise TypeError(f"{owner}: `{name}` must be a real number, got {describe(value)}.")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{owner}: `{name}` must be a real number, got {describe(value)}.") from None

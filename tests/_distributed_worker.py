@@ -37,7 +37,7 @@ def case(gather=True):
     return sciax.sweep(
         Lorenz(), jnp.array([1.0, 0.0, 0.0]),
         axes={"rho": jnp.linspace(10.0, 30.0, 5), "sigma": jnp.array([8.0, 10.0, 1e4])},
-        simulate_kwargs=dict(integrator=RK4(), dt=0.01, n_steps=200, save_every=20),
+        rollout=sciax.Simulate(RK4(), dt=0.01, n_steps=200, save_every=20),
         output=z_frames,
         reduce={"mean": "mean", "var": "var", "max": "max", "q": Quantile([0.25, 0.75])},
         reduce_over="rho", keep=True, batch_size=4, gather=gather,
@@ -54,7 +54,7 @@ def one_member():
 
     return sciax.sweep(
         Lorenz(), jnp.array([1.0, 0.0, 0.0]), axes={"rho": jnp.array([28.0])},
-        simulate_kwargs=dict(integrator=RK4(), dt=0.01, n_steps=100, save_every=100),
+        rollout=sciax.Simulate(RK4(), dt=0.01, n_steps=100, save_every=100),
         output=lambda traj: traj.final_state, reduce="mean", keep=True,
     )
 

@@ -127,7 +127,7 @@ def test_mutable_state_read_by_a_new_lambda_is_seen_by_simulate_fit_and_sweep():
     options = dict(integrator=RK4(), dt=0.01, n_steps=10, save_every=10)
 
     def final():
-        return sciax.sweep(lorenz, u0, axes={"rho": rho}, simulate_kwargs=options,
+        return sciax.sweep(lorenz, u0, axes={"rho": rho}, rollout=sciax.Simulate(**options),
                            output=lambda traj: traj.final_state[cols[0]]).outputs
 
     x = final()
@@ -263,7 +263,7 @@ def test_sweep_with_a_new_output_lambda_does_not_recompile(compiles):
     options = dict(integrator=RK4(), dt=0.01, n_steps=20, save_every=20)
 
     def run(i):
-        return sciax.sweep(system, u0, axes={"rho": rho}, simulate_kwargs=options,
+        return sciax.sweep(system, u0, axes={"rho": rho}, rollout=sciax.Simulate(**options),
                            output=lambda traj: traj.final_state[i]).outputs
 
     x = run(0)
@@ -286,7 +286,8 @@ def test_sweep_with_a_new_streaming_reduction_or_axis_where_does_not_recompile(c
     def run(power):
         moment = Streaming(partial=lambda v, w: (jnp.sum(w), jnp.sum(w[:, None] * v ** power, axis=0)),
                            merge=lambda a, b: (a[0] + b[0], a[1] + b[1]), finalize=lambda s: s[1] / s[0])
-        res = sciax.sweep(system, u0, axes={"r": Axis(rho, where=lambda s, y: s.rho)}, simulate_kwargs=options,
+        res = sciax.sweep(system, u0, axes={"r": Axis(rho, where=lambda s, y: s.rho)},
+                          rollout=sciax.Simulate(**options),
                           output=lambda traj: traj.final_state, reduce={"m": moment}, keep=True)
         return np.asarray(res.reductions["m"]), np.asarray(res.outputs)
 

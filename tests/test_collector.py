@@ -211,7 +211,7 @@ def _call(entry_point):
         return np.asarray(traj.states)[0], np.exp(-0.5) * np.array([1.0, 2.0])
     if entry_point == "sweep":
         res = sciax.sweep(_RecordingDecay(k=0.5), y0, axes={"k": np.array([0.5, 2.0])},
-                          simulate_kwargs={"integrator": RK4(), "dt": 0.01, "n_steps": 100},
+                          rollout=sciax.Simulate(RK4(), dt=0.01, n_steps=100),
                           output=_recording_output)
         return res.outputs[:, 0], np.exp(-np.array([0.5, 2.0]))
     well = _RecordingWell(k=4.0, masses=jnp.ones(1))

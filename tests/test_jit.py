@@ -108,7 +108,7 @@ def test_an_error_if_in_user_code_is_an_equinox_error_with_its_message():
     simulate = lambda y0: sciax.simulate(_CheckedLorenz(), y0, integrator=RK4(), dt=0.01, n_steps=3)  # noqa: E731
     sweep = lambda y0: sciax.sweep(  # noqa: E731
         _CheckedLorenz(), y0, axes={"rho": jnp.array([28.0, 29.0])},
-        simulate_kwargs=dict(integrator=RK4(), dt=0.01, n_steps=3),
+        rollout=sciax.Simulate(RK4(), dt=0.01, n_steps=3),
         devices=1)  # sharded, JAX reports the other devices' failures again at exit
     for run in (simulate, sweep):
         jax.block_until_ready(run(near))  # compiled first: a compiled program fails with another error type

@@ -28,7 +28,7 @@ needs_4 = pytest.mark.skipif(len(jax.devices("cpu")) < 4, reason="needs 4 host C
 
 
 def run(devices, **kwargs):
-    return sciax.sweep(Lorenz(), Y0, axes=AXES, simulate_kwargs=KW, devices=devices, keep=True,
+    return sciax.sweep(Lorenz(), Y0, axes=AXES, rollout=sciax.Simulate(**KW), devices=devices, keep=True,
                        reduce={"mean": "mean", "var": "var", "max": "max"}, reduce_over="rho", **kwargs)
 
 
@@ -63,7 +63,7 @@ def test_sharded_float32_equals_unsharded(integrator):
     kw = dict(KW, integrator=integrator)
 
     def go(devices, batch_size=None):
-        return sciax.sweep(Lorenz(), Y0.astype(jnp.float32), axes=AXES, simulate_kwargs=kw, devices=devices,
+        return sciax.sweep(Lorenz(), Y0.astype(jnp.float32), axes=AXES, rollout=sciax.Simulate(**kw), devices=devices,
                            batch_size=batch_size, output=_final)
 
     sharded, chunked, whole = go(4, batch_size=128), go(1, batch_size=32), go(1)
@@ -92,7 +92,7 @@ def test_sharded_equals_unsharded_beyond_lorenz(case):
     kw["save_every"] = kw["n_steps"]
 
     def go(devices):
-        return sciax.sweep(system, state0, axes=axes, simulate_kwargs=kw, devices=devices, output=_final)
+        return sciax.sweep(system, state0, axes=axes, rollout=sciax.Simulate(**kw), devices=devices, output=_final)
 
     one = go(1)
     assert jax.tree.leaves(one.outputs)[0].dtype == (jnp.float64 if case.endswith("64") else jnp.float32)
@@ -142,7 +142,7 @@ def test_no_cross_device_communication_while_stepping():
     from sciax.ensemble._sweep import _chunk_runner, _plan
 
     def hlo(reduce):
-        plan = _plan(Lorenz(), Y0, AXES, mode="grid", simulate_kwargs=KW, solve_kwargs=None, run=None, output=None,
+        plan = _plan(Lorenz(), Y0, AXES, mode="grid", rollout=sciax.Simulate(**KW), run=None, output=None,
                      reduce=reduce, reduce_over=None, keep=None, key=None, batch_size=None, memory_budget=None,
                      devices=4, check_finite=True, order=None, gather=True)
         tables = [jnp.asarray(a.values) for a in plan.axes]
@@ -168,7 +168,8 @@ def test_chunks_copy_nothing_between_devices():
     axis table would cross the interconnect). Checked with JAX's transfer guard, over several
     chunks, with a member order and on the memory-budget (ahead-of-time compiled) path."""
     def sweep(**kwargs):
-        return sciax.sweep(Lorenz(), Y0, axes={"rho": jnp.linspace(5.0, 30.0, 256)}, simulate_kwargs=KW, devices=4,
+        return sciax.sweep(Lorenz(), Y0, axes={"rho": jnp.linspace(5.0, 30.0, 256)}, rollout=sciax.Simulate(**KW),
+                           devices=4,
                            output=_final, reduce="mean", **kwargs)
 
     reference = sweep()
@@ -198,7 +199,7 @@ SCRIPT = textwrap.dedent("""
     assert len(jax.devices()) == 4, jax.devices()
     kw = dict(integrator=si.RK4(), dt=0.01, n_steps=60, save_every=20)
     axes = {"rho": jnp.linspace(5.0, 30.0, 45), "state0[0]": jnp.array([1.0, 2.0, 3.0])}
-    runs = [sciax.sweep(Lorenz(), jnp.array([1.0, 0.0, 0.0]), axes=axes, simulate_kwargs=kw, devices=d,
+    runs = [sciax.sweep(Lorenz(), jnp.array([1.0, 0.0, 0.0]), axes=axes, rollout=sciax.Simulate(**kw), devices=d,
                         batch_size=b, reduce="mean", keep=True)
             for d, b in [(1, None), (4, None), (4, 128)]]
     print(json.dumps({

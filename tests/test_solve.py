@@ -332,10 +332,10 @@ def test_constant_step_gradient_under_jit_matches_finite_differences():
 
 
 def _solve(**overrides):
-    kwargs = dict(system=Lorenz(), y0=jnp.array(LORENZ_Y0), t0=0.0, t1=1.0)
+    kwargs = dict(system=Lorenz(), state0=jnp.array(LORENZ_Y0), t0=0.0, t1=1.0)
     kwargs.update(overrides)
-    system, y0 = kwargs.pop("system"), kwargs.pop("y0")
-    return sciax.solve(system, y0, **kwargs)
+    system, state0 = kwargs.pop("system"), kwargs.pop("state0")
+    return sciax.solve(system, state0, **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -345,14 +345,14 @@ def _solve(**overrides):
         (dict(t0=2.0), ValueError, r"`t1` must be greater than `t0`, got t0=2.0 and t1=1.0"),
         (dict(t1=float("inf")), ValueError, r"`t1` must be finite"),
         (dict(t0=float("nan")), ValueError, r"solve: `t0` must be finite, got nan"),
-        (dict(y0=jnp.array([1.0, jnp.inf, 1.0])), ValueError,
-         r"solve: `y0` holds NaN or Inf \(1 value\(s\), the first at y0\[1\]\)"),
-        (dict(y0=[1.0, 1.0, 1.0]), StateMismatchError, r"state leaves must be arrays, got list"),
+        (dict(state0=jnp.array([1.0, jnp.inf, 1.0])), ValueError,
+         r"solve: `state0` holds NaN or Inf \(1 value\(s\), the first at state0\[1\]\)"),
+        (dict(state0=[1.0, 1.0, 1.0]), StateMismatchError, r"state leaves must be arrays, got list"),
         # float32 states: times checked after the cast (dt0 = 1e-46 became 0, then ZeroDivisionError)
-        (dict(y0=jnp.ones(3, jnp.float32), rtol=None, dt0=1e-46, solver="euler"), ValueError,
+        (dict(state0=jnp.ones(3, jnp.float32), rtol=None, dt0=1e-46, solver="euler"), ValueError,
          r"`dt0` must be positive and finite, got 1e-46, which is 0.0 in float32"),
-        (dict(y0=jnp.ones(3, jnp.float32), dt0=-0.1), ValueError, r"`dt0` must be positive and finite, got -0.1\.$"),
-        (dict(y0=jnp.ones(3, jnp.float32), t1=1e-46), ValueError,
+        (dict(state0=jnp.ones(3, jnp.float32), dt0=-0.1), ValueError, r"`dt0` must be positive and finite, got -0.1\.$"),
+        (dict(state0=jnp.ones(3, jnp.float32), t1=1e-46), ValueError,
          r"`t1` must be greater than `t0`, got t0=0.0 and t1=1e-46 \(in the state's float32: t0=0.0, t1=0.0\)"),
         (dict(t0=jnp.zeros(2)), ValueError, r"solve: `t0` must be a scalar, got array of shape \(2,\)"),
         (dict(save_at=jnp.zeros((2, 2))), ValueError,
@@ -387,10 +387,10 @@ def _solve(**overrides):
          r"`adjoint` must be a name or a diffrax adjoint instance"),
         (dict(observables=[lambda t, y, s: y]), TypeError, r"`observables` must be a dict"),
         (dict(throw=1), TypeError, r"`throw` must be True or False"),
-        (dict(y0=jnp.ones(2)), StateMismatchError, r"Lorenz expects a state of shape \(3,\), got"),
-        (dict(y0=jnp.array([1, 1, 1])), StateMismatchError, r"floating point.*got dtype int"),
+        (dict(state0=jnp.ones(2)), StateMismatchError, r"Lorenz expects a state of shape \(3,\), got"),
+        (dict(state0=jnp.array([1, 1, 1])), StateMismatchError, r"floating point.*got dtype int"),
         (dict(system=HarmonicOscillator()), StateMismatchError, r"expects a sciax.PhaseSpace"),
-        (dict(system=Lorenz(rho=jnp.array(28.0, jnp.float64)), y0=jnp.ones(3, jnp.float32)), TypeError,
+        (dict(system=Lorenz(rho=jnp.array(28.0, jnp.float64)), state0=jnp.ones(3, jnp.float32)), TypeError,
          r"solve: the state is float32 but the system has wider float parameters at .*rho"),
         (dict(system=lorenz_numpy()), TypeError, r"`system` must be a sciax ODE system.*got function"),
         (dict(system=ScalarNoise()), TypeError, r"not an SDE.*got ScalarNoise"),
@@ -399,3 +399,36 @@ def _solve(**overrides):
 def test_bad_arguments_raise_clear_errors(overrides, error, match):
     with pytest.raises(error, match=match):
         _solve(**overrides)
+
+
+def test_the_typed_names_are_the_known_solvers_and_adjoints():
+    from sciax import _solve
+
+    assert set(_solve.SolverName.__args__) == set(_solve.SOLVERS)
+    assert set(_solve.AdjointName.__args__) == set(_solve.ADJOINTS)
+
+
+def test_an_explicit_solver_at_its_step_limit_says_the_problem_may_be_stiff_and_names_implicit_solvers():
+    """It was Diffrax's raw EquinoxRuntimeError advising a larger max_steps."""
+    from sciax._solve import MaxStepsError
+    from sciax.systems import VanDerPol
+
+    y0 = jnp.array([2.0, 0.0])
+    with pytest.raises(MaxStepsError, match=r"solve: Tsit5 took max_steps = 2000 steps without reaching `t1`. The "
+                                            r"problem may be stiff .* Use an implicit solver: solver='kvaerno5' \(or "
+                                            r"'kvaerno4', 'kvaerno3', 'implicit_euler'\)"):
+        sciax.solve(VanDerPol(mu=1e5), y0, t0=0.0, t1=10.0, solver="tsit5", max_steps=2000)
+    with pytest.raises(MaxStepsError, match=r"Kvaerno5 took max_steps = 3 steps without reaching `t1`. Raise "
+                                            r"`max_steps`, or loosen `rtol`/`atol`.$"):
+        sciax.solve(VanDerPol(mu=1e5), y0, t0=0.0, t1=10.0, solver="kvaerno5", max_steps=3)
+    stiff = sciax.solve(VanDerPol(mu=1e5), y0, t0=0.0, t1=10.0, solver="kvaerno5", max_steps=2000)
+    assert bool(stiff.stats["success"])  # what the message advises works
+
+
+@pytest.mark.parametrize("half", [jnp.float16, jnp.bfloat16])
+def test_a_half_precision_state_is_refused_by_solve_naming_what_runs(half):
+    """The state checks accept float16/bfloat16 (simulate steps them); solve's adaptive steps failed
+    with a raw runtime error."""
+    with pytest.raises(TypeError, match=rf"solve: the state is {jnp.dtype(half).name}; solve's adaptive steps need "
+                                        r"float32 or float64"):
+        sciax.solve(sciax.astype(Lorenz(), half), jnp.array(LORENZ_Y0, half), t0=0.0, t1=0.1)

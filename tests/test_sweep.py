@@ -38,7 +38,7 @@ def reference(rho, x0):
 
 def lorenz_grid(**kwargs):
     kwargs.setdefault("output", final)
-    return sciax.sweep(Lorenz(), Y0, axes={"rho": RHO, "state0[0]": X0}, simulate_kwargs=KW, **kwargs)
+    return sciax.sweep(Lorenz(), Y0, axes={"rho": RHO, "state0[0]": X0}, rollout=sciax.Simulate(**KW), **kwargs)
 
 
 # ------------------------------------------------------------------------------ axes, coords
@@ -68,7 +68,7 @@ def test_grid_coordinates_that_round_onto_each_other_in_the_run_precision_are_wa
     # Once with order="cost" too (its pilot sweep warned a second time, from inside sciax).
     with pytest.warns(RuntimeWarning, match="rounds onto another") as w:
         sciax.sweep(sciax.astype(VanDerPol(), jnp.float32), jnp.array([2.0, 0.0], jnp.float32),
-                    axes={"mu": np.array([1.0, 1.0 + 1e-9, 2.0])}, solve_kwargs=dict(t0=0.0, t1=0.1), order="cost")
+                    axes={"mu": np.array([1.0, 1.0 + 1e-9, 2.0])}, rollout=sciax.Solve(t0=0.0, t1=0.1), order="cost")
     assert len(w) == 1 and w[0].filename == __file__
     # No warning (filterwarnings = error):
     sciax.sweep(lorenz32, y32, axes={"rho": np.array([28.0, 28.0000005]), "sigma": np.array([1.0, 2.0])},
@@ -93,7 +93,7 @@ def test_sel_and_isel_by_coordinate():
 
 def test_zip_mode_varies_axes_together():
     rho, x0 = jnp.array([10.0, 20.0, 28.0]), jnp.array([1.0, 0.5, 2.0])
-    res = sciax.sweep(Lorenz(), Y0, axes={"rho": rho, "state0[0]": x0}, mode="zip", simulate_kwargs=KW,
+    res = sciax.sweep(Lorenz(), Y0, axes={"rho": rho, "state0[0]": x0}, mode="zip", rollout=sciax.Simulate(**KW),
                       output=final)
     assert res.dims == ("member",) and res.outputs.shape == (3, 3)
     for i in range(3):
@@ -110,20 +110,22 @@ def test_python_number_fields_are_sweepable():
             return -self.k * y
 
     kw = dict(integrator=si.RK4(), dt=0.01, n_steps=100, save_every=100)
-    res = sciax.sweep(Decay(), jnp.ones(1), axes={"k": np.array([0.5, 2.0])}, simulate_kwargs=kw, output=final)
+    res = sciax.sweep(Decay(), jnp.ones(1), axes={"k": np.array([0.5, 2.0])}, rollout=sciax.Simulate(**kw),
+                      output=final)
     for i, k in enumerate([0.5, 2.0]):
         np.testing.assert_allclose(res.outputs[i], sciax.simulate(Decay(k=k), jnp.ones(1), **kw).final_state,
                                    rtol=1e-14)
     np.testing.assert_allclose(res.outputs[:, 0], np.exp(-np.array([0.5, 2.0])), rtol=1e-8)  # RK4 error
     # A Python float takes the run's precision: a float32 state sweeps in float32 (x64 is on here).
-    res32 = sciax.sweep(Decay(), jnp.ones(1, jnp.float32), axes={"k": np.array([0.5, 2.0])}, simulate_kwargs=kw,
+    res32 = sciax.sweep(Decay(), jnp.ones(1, jnp.float32), axes={"k": np.array([0.5, 2.0])},
+                        rollout=sciax.Simulate(**kw),
                         output=final)
     assert res32.outputs.dtype == jnp.float32
     np.testing.assert_allclose(res32.outputs, res.outputs, rtol=1e-6)
     # The same through Axis(where=...) (it cast the values to float64, and the sweep raised).
     by_where = sciax.sweep(Decay(), jnp.ones(1, jnp.float32), axes={"k": Axis(np.array([0.5, 2.0]),
                                                                               where=lambda s, y: s.k)},
-                           simulate_kwargs=kw, output=final)
+                           rollout=sciax.Simulate(**kw), output=final)
     np.testing.assert_array_equal(by_where.outputs, res32.outputs)
     assert by_where.outputs.dtype == jnp.float32
 
@@ -135,13 +137,13 @@ def test_a_weakly_typed_field_sweeps_in_the_states_precision(values):
     to float64 and refused the member ('wider float parameters at .rho')."""
     y32 = Y0.astype(jnp.float32)
     assert Lorenz().rho.weak_type and Lorenz().rho.dtype == jnp.float64
-    res = sciax.sweep(Lorenz(), y32, axes={"rho": values}, simulate_kwargs=KW, output=final)
+    res = sciax.sweep(Lorenz(), y32, axes={"rho": values}, rollout=sciax.Simulate(**KW), output=final)
     assert res.outputs.dtype == jnp.float32
     for i, rho in enumerate([10.0, 20.0]):
         direct = sciax.simulate(Lorenz(rho=rho), y32, **KW).final_state
         assert direct.dtype == jnp.float32
         np.testing.assert_allclose(res.outputs[i], direct, rtol=1e-5)
-    assert sciax.sweep(Lorenz(), Y0, axes={"rho": values}, simulate_kwargs=KW, output=final).outputs.dtype \
+    assert sciax.sweep(Lorenz(), Y0, axes={"rho": values}, rollout=sciax.Simulate(**KW), output=final).outputs.dtype \
         == jnp.float64  # a float64 state keeps float64
 
 
@@ -153,7 +155,7 @@ def test_whole_state_particle_state_and_where_axes():
         osc, state,
         axes={"state0.positions[1]": jnp.array([0.0, 0.3]),
               "k": Axis(jnp.array([1.0, 4.0]), where=lambda s, y: s.stiffness)},
-        simulate_kwargs=kw, output=final)
+        rollout=sciax.Simulate(**kw), output=final)
     assert res.outputs.positions.shape == (2, 2, 2)
     for i, q1 in enumerate([0.0, 0.3]):
         for j, k in enumerate([1.0, 4.0]):
@@ -166,7 +168,7 @@ def test_seed_axis_gives_each_seed_its_own_noise(key):
     ou = OrnsteinUhlenbeck(theta=1.0, mu=0.0, sigma=0.5)
     kw = dict(integrator=si.EulerMaruyama(), dt=0.01, n_steps=50, save_every=50)
     res = sciax.sweep(ou, jnp.array([1.0]), axes={"theta": jnp.array([1.0, 2.0]), "seed": jnp.arange(3)},
-                      simulate_kwargs=kw, output=final, key=key)
+                      rollout=sciax.Simulate(**kw), output=final, key=key)
     for i, theta in enumerate([1.0, 2.0]):
         for s in range(3):
             direct = sciax.simulate(OrnsteinUhlenbeck(theta=theta, mu=0.0, sigma=0.5), jnp.array([1.0]),
@@ -187,7 +189,7 @@ def test_chunked_equals_unchunked(integrator, dtype):
 
     def grid(**kwargs):
         return sciax.sweep(Lorenz(), Y0.astype(dtype), axes={"rho": jnp.linspace(5.0, 30.0, 15), "state0[0]": X0},
-                           simulate_kwargs=kw, output=final, **kwargs)
+                           rollout=sciax.Simulate(**kw), output=final, **kwargs)
 
     whole = grid()
     chunked = grid(batch_size=32, devices=1)
@@ -213,8 +215,8 @@ def test_cache_blocks_on_cpu_and_one_vmap_on_accelerators_give_the_same_members(
     assert _sweep._cache_block("cpu", limit - 1) == _sweep._CACHE_BLOCK
     assert _sweep._cache_block("cpu", limit) is None
     assert _sweep._cache_block("cpu", limit, threads=4) is None and _sweep._cache_block("gpu", 0, 4) is None
-    every_step = _sweep._plan(Lorenz(), Y0, {"rho": RHO}, mode="grid", simulate_kwargs=dict(KW, save_every=1),
-                              solve_kwargs=None, run=None, output=None, reduce=None, reduce_over=None, keep=None,
+    every_step = _sweep._plan(Lorenz(), Y0, {"rho": RHO}, mode="grid", rollout=sciax.Simulate(**dict(KW, save_every=1)),
+                              run=None, output=None, reduce=None, reduce_over=None, keep=None,
                               key=None, batch_size=None, memory_budget=None, devices=1, check_finite=True,
                               order=None, gather=True)
     assert every_step.config.cache_block is None  # 61 float64 frames of 3 components per member
@@ -239,7 +241,7 @@ def test_cache_blocks_grow_with_the_threads_of_each_cpu_device(monkeypatch):
     assert _sweep._cache_block("cpu", 0, threads=8) == 8 * _sweep._CACHE_BLOCK_PER_THREAD
 
     def plan(devices):
-        return _sweep._plan(Lorenz(), Y0, {"rho": RHO}, mode="grid", simulate_kwargs=KW, solve_kwargs=None,
+        return _sweep._plan(Lorenz(), Y0, {"rho": RHO}, mode="grid", rollout=sciax.Simulate(**KW),
                             run=None, output=final, reduce=None, reduce_over=None, keep=None, key=None,
                             batch_size=None, memory_budget=None, devices=devices, check_finite=True, order=None,
                             gather=True)
@@ -283,8 +285,8 @@ def test_on_an_accelerator_the_memory_check_always_runs_and_chunks_are_one_vmap(
     from sciax.ensemble import _sweep
 
     def plan():
-        return _sweep._plan(Lorenz(), Y0, {"rho": RHO, "state0[0]": X0}, mode="grid", simulate_kwargs=KW,
-                            solve_kwargs=None, run=None, output=final, reduce=None, reduce_over=None, keep=None,
+        return _sweep._plan(Lorenz(), Y0, {"rho": RHO, "state0[0]": X0}, mode="grid", rollout=sciax.Simulate(**KW),
+                            run=None, output=final, reduce=None, reduce_over=None, keep=None,
                             key=None, batch_size=None, memory_budget=None, devices=1, check_finite=True, order=None,
                             gather=True)
 
@@ -308,10 +310,12 @@ def test_default_memory_budget_caps_a_batch_size_and_cost_buckets(monkeypatch, c
     monkeypatch.setattr(_sweep, "_platform", lambda mesh: "gpu")
     mu = jnp.linspace(1.0, 5.0, 64)
     kw = dict(t0=0.0, t1=1.0, save_at=jnp.linspace(0.0, 1.0, 20), rtol=1e-5, atol=1e-5)
-    free = sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": mu}, solve_kwargs=kw, devices=1, **chunking)
+    free = sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": mu}, rollout=sciax.Solve(**kw), devices=1,
+                       **chunking)
     budget = 20 * free.info["member_bytes"]  # a nearly full device: 16 members fit
     monkeypatch.setattr(_sweep, "_default_budget", lambda mesh: budget)
-    res = sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": mu}, solve_kwargs=kw, devices=1, **chunking)
+    res = sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": mu}, rollout=sciax.Solve(**kw), devices=1,
+                      **chunking)
     assert res.info["memory_budget"] == budget and res.info["batch_size"] == 16
     assert 0 < res.info["chunk_bytes"] <= budget
     np.testing.assert_array_equal(res.outputs.states, free.outputs.states)
@@ -327,7 +331,7 @@ def test_memory_estimate_counts_a_streaming_reductions_copy_per_group():
 
     def member_bytes(reduce, reduce_over):
         axes = {"rho": jnp.linspace(5.0, 30.0, 16), "state0[0]": jnp.linspace(1.0, 2.0, 4)}
-        return _plan(Lorenz(), Y0, axes, mode="grid", simulate_kwargs=KW, solve_kwargs=None, run=None, output=final,
+        return _plan(Lorenz(), Y0, axes, mode="grid", rollout=sciax.Simulate(**KW), run=None, output=final,
                      reduce=reduce, reduce_over=reduce_over, keep=False, key=None, batch_size=None,
                      memory_budget=None, devices=1, check_finite=True, order=None, gather=True).member_bytes
 
@@ -500,7 +504,8 @@ def test_reductions_of_a_boolean_output_count_it_as_0_and_1():
     rho = jnp.linspace(0.0, 30.0, 40)
     kw = dict(integrator=si.RK4(), dt=0.01, n_steps=10)
     for batch in (None, 32):
-        res = sciax.sweep(Lorenz(), Y0, axes={"rho": rho}, simulate_kwargs=kw, output=lambda t: t.final_state[1] > 0.3,
+        res = sciax.sweep(Lorenz(), Y0, axes={"rho": rho}, rollout=sciax.Simulate(**kw),
+                          output=lambda t: t.final_state[1] > 0.3,
                           reduce=["mean", "sum", "var", "min", "max", "median"], keep=True, batch_size=batch, devices=1)
         flags = np.asarray(res.outputs)
         assert flags.dtype == np.bool_ and 0 < flags.sum() < 40 and res.info["chunks"] == (1 if batch is None else 2)
@@ -518,7 +523,7 @@ def test_extremum_of_a_boolean_output_per_group_and_for_an_empty_group():
     the identities (min: True = "all of none", max: False = "any of none"), with count 0."""
     sigma = jnp.array([10.0, 1e4])  # RK4 at dt=0.01 is unstable for sigma = 1e4: that group is empty
     rho = jnp.linspace(0.0, 30.0, 40)
-    res = sciax.sweep(Lorenz(), Y0, axes={"rho": rho, "sigma": sigma}, simulate_kwargs=KW,
+    res = sciax.sweep(Lorenz(), Y0, axes={"rho": rho, "sigma": sigma}, rollout=sciax.Simulate(**KW),
                       output=lambda t: (t.final_state[1] > 0.3, t.final_state[1]), reduce=["min", "max", "count"],
                       reduce_over="rho", keep=True, devices=1)
     flags = np.asarray(res.outputs[0])[:, 0]
@@ -531,7 +536,7 @@ def test_extremum_of_a_boolean_output_per_group_and_for_an_empty_group():
 # ------------------------------------------------------------------------------ failures
 def test_failing_members_reported_with_coordinates_others_complete():
     sigma = jnp.array([10.0, 1e4])  # RK4 at dt=0.01 is unstable for sigma = 1e4
-    res = sciax.sweep(Lorenz(), Y0, axes={"rho": RHO, "sigma": sigma}, simulate_kwargs=KW, output=final,
+    res = sciax.sweep(Lorenz(), Y0, axes={"rho": RHO, "sigma": sigma}, rollout=sciax.Simulate(**KW), output=final,
                       reduce={"mean": "mean", "n": "count"}, keep=True, batch_size=8)
     assert [f["index"] for f in res.failures] == [1, 3, 5, 7, 9]
     assert res.failures[0] == {"index": 1, "rho": 5.0, "sigma": 10000.0}
@@ -550,7 +555,7 @@ def test_failures_and_outputs_land_on_their_members_when_run_out_of_order():
     (only `ok` and the outputs come back from the device)."""
     sigma = jnp.array([10.0, 1e4])
     order = np.random.default_rng(3).permutation(40)
-    base = dict(axes={"rho": jnp.linspace(5.0, 30.0, 20), "sigma": sigma}, simulate_kwargs=KW, output=final,
+    base = dict(axes={"rho": jnp.linspace(5.0, 30.0, 20), "sigma": sigma}, rollout=sciax.Simulate(**KW), output=final,
                 keep=True, devices=1)
     in_order = sciax.sweep(Lorenz(), Y0, **base)
     shuffled = sciax.sweep(Lorenz(), Y0, batch_size=32, order=order, **base)
@@ -566,7 +571,7 @@ def test_failed_members_leave_every_reduction_finite():
     sigma = jnp.array([10.0, 1e4, 12.0])  # the middle one blows up
     second_moment = Streaming(partial=lambda v, w: (jnp.sum(w), jnp.sum(w[:, None] * v**2, axis=0)),
                               merge=lambda a, b: (a[0] + b[0], a[1] + b[1]), finalize=lambda s: s[1] / s[0])
-    res = sciax.sweep(Lorenz(), Y0, axes={"sigma": sigma, "rho": RHO[:2]}, simulate_kwargs=KW, output=final,
+    res = sciax.sweep(Lorenz(), Y0, axes={"sigma": sigma, "rho": RHO[:2]}, rollout=sciax.Simulate(**KW), output=final,
                       reduce={"m2": second_moment, "q": Quantile(0.5), "var": "var"}, reduce_over="sigma",
                       keep=True)
     good = res.outputs[[0, 2]]  # (2 sigmas, 2 rhos, 3)
@@ -732,7 +737,7 @@ def test_adaptive_solve_failures_and_cost_order(order):
     """A member that hits max_steps is reported; ordering members by cost changes nothing else."""
     mus = jnp.array([1.0, 300.0, 3.0, 30.0, 100.0, 10.0])
     kw = dict(t0=0.0, t1=20.0, solver="tsit5", rtol=1e-5, atol=1e-7, max_steps=2000)
-    res = sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": mus}, solve_kwargs=kw,
+    res = sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": mus}, rollout=sciax.Solve(**kw),
                       output=lambda traj: (traj.final_state, traj.stats["num_steps"]), order=order)
     assert [f["mu"] for f in res.failures] == [300.0]
     steps = res.outputs[1]
@@ -754,9 +759,10 @@ def test_cost_order_cuts_the_lane_steps_of_an_adaptive_ensemble():
     mus = np.random.default_rng(0).permutation(np.geomspace(1.0, 60.0, 128))
     kw = dict(t0=0.0, t1=20.0, solver="tsit5", rtol=1e-5, atol=1e-7, max_steps=4000)
     axes = {"mu": jnp.asarray(mus)}
-    steps = np.asarray(sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes=axes, solve_kwargs=kw,
+    steps = np.asarray(sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes=axes, rollout=sciax.Solve(**kw),
                                    output=lambda traj: traj.stats["num_steps"], devices=1).outputs)
-    ranked, batch = _cost_order("cost", VanDerPol(), jnp.array([2.0, 0.0]), axes, "grid", kw, None, None, None, 1)
+    ranked, batch = _cost_order("cost", VanDerPol(), jnp.array([2.0, 0.0]), axes, "grid", sciax.Solve(**kw), None,
+        None, None, 1)
     assert batch == COST_BUCKET and sorted(ranked) == list(range(128))
 
     def lane_steps(order):
@@ -783,34 +789,34 @@ class TestBadInput:
         system = Lorenz()
         with pytest.raises(TypeError, match=r"^sweep: `axes` is being traced by a JAX transformation .* sweep runs "
                                             r"on the host: .* outside the transformation"):
-            jax.jit(lambda rho: sciax.sweep(system, Y0, axes={"rho": rho}, simulate_kwargs=KW).outputs)(RHO)
-        with pytest.raises(TypeError, match=r"^sweep: `simulate_kwargs` is being traced by a JAX transformation"):
+            jax.jit(lambda rho: sciax.sweep(system, Y0, axes={"rho": rho}, rollout=sciax.Simulate(**KW)).outputs)(RHO)
+        with pytest.raises(TypeError, match=r"^Simulate: `dt` is being traced by a JAX transformation"):
             jax.jit(lambda dt: sciax.sweep(system, Y0, axes={"rho": RHO},
-                                           simulate_kwargs={**KW, "dt": dt}).outputs)(0.01)
+                                           rollout=sciax.Simulate(**{**KW, "dt": dt})).outputs)(0.01)
 
     def test_zip_axes_of_different_lengths(self):
         with pytest.raises(ValueError, match=r"zip mode every axis must have the same length; got lengths "
                                              r"\{'rho': 5, 'sigma': 2\}"):
             sciax.sweep(Lorenz(), Y0, axes={"rho": RHO, "sigma": jnp.array([1.0, 2.0])}, mode="zip",
-                        simulate_kwargs=KW)
+                        rollout=sciax.Simulate(**KW))
 
     def test_axis_naming_a_missing_field_lists_valid_names(self):
         with pytest.raises(ValueError, match=r"axis 'r' does not name a field of Lorenz \(no such field\); "
                                              r"valid names: 'sigma', 'rho', 'beta', 'state0', 'state0\[i\]', 'seed'"):
-            sciax.sweep(Lorenz(), Y0, axes={"r": RHO}, simulate_kwargs=KW)
+            sciax.sweep(Lorenz(), Y0, axes={"r": RHO}, rollout=sciax.Simulate(**KW))
 
     def test_a_where_naming_a_missing_field_names_the_axis(self):
         """It raised a bare AttributeError from inside the user's lambda."""
         with pytest.raises(ValueError, match=r"axis 'k': its `where` failed on the system and initial state "
                                              r"\('Lorenz' object has no attribute 'kappa'\); valid names: 'sigma'"):
-            sciax.sweep(Lorenz(), Y0, axes={"k": Axis(RHO, where=lambda s, y: s.kappa)}, simulate_kwargs=KW)
+            sciax.sweep(Lorenz(), Y0, axes={"k": Axis(RHO, where=lambda s, y: s.kappa)}, rollout=sciax.Simulate(**KW))
 
     def test_a_field_name_on_a_system_without_fields(self):
         """A string system raised "must be called with a dataclass type or instance"; a plain
         pytree system still sweeps with `run=` over state0 and `where` axes."""
         with pytest.raises(ValueError, match=r"axis 'rho' does not name a field of str \(no such field\); "
                                              r"valid names: 'state0', 'state0\[i\]', 'seed'"):
-            sciax.sweep("lorenz", Y0, axes={"rho": RHO}, simulate_kwargs=KW)
+            sciax.sweep("lorenz", Y0, axes={"rho": RHO}, rollout=sciax.Simulate(**KW))
         plain = {"a": jnp.asarray(2.0)}
         for axes in ({"state0[0]": jnp.arange(3.0)}, {"a": Axis(jnp.arange(3.0), where=lambda s, y: s["a"])}):
             res = sciax.sweep(plain, jnp.ones(2), axes=axes, run=lambda s, y, k: s["a"] * y)
@@ -823,7 +829,7 @@ class TestBadInput:
         monkeypatch.setattr(_sweep, "_cost_order", lambda *a, **k: pytest.fail("the pilot ran"))
         with pytest.raises(ValueError, match="`batch_size` must be a positive number of members per chunk, got 0"):
             sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": jnp.array([1.0, 2.0])},
-                        solve_kwargs=dict(t0=0.0, t1=1.0), order="cost", batch_size=0)
+                        rollout=sciax.Solve(t0=0.0, t1=1.0), order="cost", batch_size=0)
 
     @pytest.mark.parametrize("batch_size", [0, -3])
     def test_batch_size_not_positive(self, batch_size):
@@ -844,15 +850,15 @@ class TestBadInput:
     def test_values_of_the_wrong_shape(self):
         with pytest.raises(ValueError, match=r"axis 'rho': each value must have the shape of its target \(\), "
                                              r"so the values must have shape \(n, \*\(\)\); got \(2, 2\)"):
-            sciax.sweep(Lorenz(), Y0, axes={"rho": jnp.ones((2, 2))}, simulate_kwargs=KW)
+            sciax.sweep(Lorenz(), Y0, axes={"rho": jnp.ones((2, 2))}, rollout=sciax.Simulate(**KW))
 
     def test_state_index_out_of_range(self):
         with pytest.raises(ValueError, match=r"index \[3\] is out of range for an array of shape \(3,\)"):
-            sciax.sweep(Lorenz(), Y0, axes={"state0[3]": RHO}, simulate_kwargs=KW)
+            sciax.sweep(Lorenz(), Y0, axes={"state0[3]": RHO}, rollout=sciax.Simulate(**KW))
 
     def test_unreadable_axis_name(self):
         with pytest.raises(ValueError, match=r"cannot read axis name 'rho\]'"):
-            sciax.sweep(Lorenz(), Y0, axes={"rho]": RHO}, simulate_kwargs=KW)
+            sciax.sweep(Lorenz(), Y0, axes={"rho]": RHO}, rollout=sciax.Simulate(**KW))
 
     @pytest.mark.parametrize("seeds", [[0, 2**32], [-1, 3]])
     def test_seeds_outside_32_bits(self, seeds):
@@ -883,8 +889,9 @@ class TestBadInput:
         reports which members failed without copying their outputs to the host."""
         with pytest.raises(ValueError, match=r"keep=False without `reduce` and with check_finite=False would run "
                                              r"every member and return nothing"):
-            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, simulate_kwargs=KW, keep=False, check_finite=False)
-        res = sciax.sweep(Lorenz(), Y0, axes={"state0[0]": jnp.array([1.0, jnp.nan])}, simulate_kwargs=KW, keep=False)
+            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, rollout=sciax.Simulate(**KW), keep=False, check_finite=False)
+        res = sciax.sweep(Lorenz(), Y0, axes={"state0[0]": jnp.array([1.0, jnp.nan])}, rollout=sciax.Simulate(**KW),
+                          keep=False)
         assert res.outputs is None and list(res.ok) == [True, False] and [f["index"] for f in res.failures] == [1]
 
     def test_output_leaves_that_are_not_arrays(self):
@@ -892,14 +899,15 @@ class TestBadInput:
         no attribute 'shape'"; they become arrays, as under jax.vmap. A string or a PRNG key is
         refused by its path."""
         out = lambda t: {"x": t.final_state[0], "tag": 1, "w": np.float32(2.5), "on": True}  # noqa: E731
-        res = sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, simulate_kwargs=KW, output=out, keep=True, reduce="mean")
+        res = sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, rollout=sciax.Simulate(**KW), output=out, keep=True,
+                          reduce="mean")
         assert res.outputs["tag"].dtype == jnp.asarray(1).dtype and (res.outputs["tag"] == 1).all()
         assert res.outputs["w"].dtype == np.float32 and res.outputs["on"].all() and res.reductions["mean"]["tag"] == 1
         with pytest.raises(TypeError, match=r"`output` returned str 'a' at \['name'\]; a member's output must "
                                             r"hold arrays or numbers only"):
-            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, simulate_kwargs=KW, output=lambda t: {"name": "a"})
+            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, rollout=sciax.Simulate(**KW), output=lambda t: {"name": "a"})
         with pytest.raises(TypeError, match=r"`output` returned array of shape \(1,\) and dtype <U1 at the top level"):
-            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, simulate_kwargs=KW, output=lambda t: np.array(["a"]))
+            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, rollout=sciax.Simulate(**KW), output=lambda t: np.array(["a"]))
         with pytest.raises(TypeError, match=r"`run` returned a PRNG key array at \[0\]; return "
                                             r"jax.random.key_data\(key\)"):
             sciax.sweep(Lorenz(), Y0, axes={"seed": np.arange(2)}, run=lambda s, y, k: (k, y))
@@ -909,27 +917,30 @@ class TestBadInput:
 
     def test_seed_must_be_integers(self):
         with pytest.raises(ValueError, match="axis 'seed' must be a 1-D array of integers"):
-            sciax.sweep(Lorenz(), Y0, axes={"seed": jnp.array([0.5])}, simulate_kwargs=KW)
+            sciax.sweep(Lorenz(), Y0, axes={"seed": jnp.array([0.5])}, rollout=sciax.Simulate(**KW))
 
     def test_exactly_one_rollout(self):
-        with pytest.raises(ValueError, match=r"pass exactly one of .* got \['run', 'simulate_kwargs'\]"):
-            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, simulate_kwargs=KW, run=identity)
-        with pytest.raises(ValueError, match="got none"):
+        with pytest.raises(ValueError, match=r"pass exactly one of `rollout=sciax.Simulate.* got both"):
+            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, rollout=sciax.Simulate(**KW), run=identity)
+        with pytest.raises(ValueError, match="got neither"):
             sciax.sweep(Lorenz(), Y0, axes={"rho": RHO})
 
-    def test_unknown_simulate_argument(self):
-        with pytest.raises(ValueError, match=r"`simulate_kwargs` has unknown argument 'n_step'; valid: \["):
-            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, simulate_kwargs=dict(KW, n_step=3))
+    def test_a_rollout_that_is_not_one(self):
+        with pytest.raises(TypeError, match=r"`rollout` must be sciax.Simulate\(...\) or sciax.Solve\(...\), got dict"):
+            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, rollout=dict(KW))
+        with pytest.raises(TypeError, match=r"unexpected keyword argument 'n_step'"):  # no **kwargs: a typo is an error
+            sciax.Simulate(**dict(KW, n_step=3))
 
-    @pytest.mark.parametrize("name", ["key", "check_finite"])
-    def test_reserved_simulate_argument(self, name):
-        with pytest.raises(ValueError, match=f"do not pass `{name}` in `simulate_kwargs`"):
-            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, simulate_kwargs=dict(KW, **{name: None}))
+    def test_a_rollout_without_its_run_length(self):
+        with pytest.raises(ValueError, match=r"^sweep: Simulate needs the run length: pass n_steps="):
+            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, rollout=sciax.Simulate(si.RK4(), dt=0.01))
+        with pytest.raises(ValueError, match=r"^sweep: Solve needs the time span: pass t0=\.\.\. and t1="):
+            sciax.sweep(Lorenz(), Y0, axes={"rho": RHO}, rollout=sciax.Solve())
 
     def test_stochastic_without_key_or_seed(self):
         with pytest.raises(ValueError, match="EulerMaruyama is stochastic: pass `key="):
             sciax.sweep(OrnsteinUhlenbeck(), jnp.array([1.0]), axes={"theta": jnp.array([1.0])},
-                        simulate_kwargs=dict(integrator=si.EulerMaruyama(), dt=0.1, n_steps=2))
+                        rollout=sciax.Simulate(si.EulerMaruyama(), dt=0.1, n_steps=2))
 
     def test_unknown_reduction_and_reduce_over(self):
         with pytest.raises(ValueError, match=r"unknown reduction 'average'; valid names: \['count'"):
@@ -958,11 +969,11 @@ class TestBadInput:
     ])
     def test_two_axes_setting_the_same_value(self, axes):
         with pytest.raises(ValueError, match="set the same value; one would silently overwrite the other"):
-            sciax.sweep(Lorenz(), Y0, axes=axes, simulate_kwargs=KW)
+            sciax.sweep(Lorenz(), Y0, axes=axes, rollout=sciax.Simulate(**KW))
 
     def test_complex_values_for_a_real_field(self):
         with pytest.raises(ValueError, match=r"axis 'rho': its target holds real float64 values, got complex"):
-            sciax.sweep(Lorenz(), Y0, axes={"rho": np.array([1 + 2j])}, simulate_kwargs=KW)
+            sciax.sweep(Lorenz(), Y0, axes={"rho": np.array([1 + 2j])}, rollout=sciax.Simulate(**KW))
 
     def test_more_members_than_int32_positions_can_index(self):
         big = np.zeros(50_000)
@@ -985,11 +996,11 @@ class TestBadInput:
     def test_where_selecting_an_element_instead_of_a_leaf(self):
         with pytest.raises(ValueError, match=r"axis 'x0': `where` must return a leaf of the system or initial state "
                                              r"as it is .* use a name such as 'state0\[0\]'"):
-            sciax.sweep(Lorenz(), Y0, axes={"x0": Axis(X0, where=lambda s, y: y[0])}, simulate_kwargs=KW)
+            sciax.sweep(Lorenz(), Y0, axes={"x0": Axis(X0, where=lambda s, y: y[0])}, rollout=sciax.Simulate(**KW))
 
     def test_empty_axes(self):
         with pytest.raises(TypeError, match="`axes` must be a non-empty dict"):
-            sciax.sweep(Lorenz(), Y0, axes={}, simulate_kwargs=KW)
+            sciax.sweep(Lorenz(), Y0, axes={}, rollout=sciax.Simulate(**KW))
 
 
 def test_repeated_sweeps_reuse_member_structure_but_never_stale_values_or_shapes():
@@ -999,7 +1010,7 @@ def test_repeated_sweeps_reuse_member_structure_but_never_stale_values_or_shapes
     from sciax.ensemble import _sweep
 
     def run(system, y0=Y0, output=final):
-        return sciax.sweep(system, y0, axes={"rho": RHO}, simulate_kwargs=KW, output=output).outputs
+        return sciax.sweep(system, y0, axes={"rho": RHO}, rollout=sciax.Simulate(**KW), output=output).outputs
 
     first = run(Lorenz(sigma=10.0))
     entries = len(_sweep._STRUCTURES)
@@ -1050,8 +1061,8 @@ def test_host_memory_check_counts_what_this_process_keeps(monkeypatch, gather, r
     seen = []
     monkeypatch.setattr(parallel, "process_share", lambda n, *args: (0, 10))  # process 0 of 10
     monkeypatch.setattr(_sweep, "_check_host_memory", lambda needs, n, out: seen.append(n))
-    _sweep._plan(Lorenz(), Y0, {"rho": jnp.linspace(0.0, 30.0, 100)}, mode="grid", simulate_kwargs=KW,
-                 solve_kwargs=None, run=None, output=final, reduce=reduce, reduce_over=None, keep=True, key=None,
+    _sweep._plan(Lorenz(), Y0, {"rho": jnp.linspace(0.0, 30.0, 100)}, mode="grid", rollout=sciax.Simulate(**KW),
+                 run=None, output=final, reduce=reduce, reduce_over=None, keep=True, key=None,
                  batch_size=None, memory_budget=None, devices=1, check_finite=True, order=None, gather=gather)
     assert seen == [held]
 

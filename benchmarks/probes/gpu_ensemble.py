@@ -96,7 +96,8 @@ def sciax_sweep(method, dtype, B):
     kw = dict(integrator=integ, dt=0.001, n_steps=1000, save_every=1000)
 
     def call():
-        return sciax.sweep(s, u0, axes={"rho": rho}, simulate_kwargs=kw, output=fs, check_finite=False).outputs
+        return sciax.sweep(s, u0, axes={"rho": rho}, rollout=sciax.Simulate(**kw), output=fs,
+                           check_finite=False).outputs
 
     out, first = seconds(lambda: jax.block_until_ready(call()))
     t = timeit(call, reps=5)

@@ -110,7 +110,7 @@ def prepare_sweep(ctx, method, dtype, rhos):
         return traj.final_state
 
     def call():
-        return sciax.sweep(system, u0, axes={"rho": rho}, simulate_kwargs=options, output=final_state,
+        return sciax.sweep(system, u0, axes={"rho": rho}, rollout=sciax.Simulate(**options), output=final_state,
                            check_finite=False).outputs
 
     return Prepared(call=call, sync=jax_sync, compile_method="first-minus-steady", mem_method="")

@@ -4,7 +4,6 @@ multiple shooting and a plot helper."""
 from ._fit import MultipleShooting as MultipleShooting, fit as fit
 from ._plot import plot_fit as plot_fit
 from ._result import FitError as FitError, FitResult as FitResult
-from ._rollout import AbstractRollout as AbstractRollout, Simulate as Simulate, Solve as Solve
 from ._transforms import (
     AbstractTransform as AbstractTransform,
     Bounded as Bounded,

@@ -1,35 +1,10 @@
 """Host-side checks of the data handed to `fit`: times, observations, mask and sigma. Every
 failure names what was wrong and what was expected."""
 
-import numbers
-
-import jax
 import jax.tree_util as jtu
 import numpy as np
 
-from .._validation import describe, refuse_tracers
-
-
-def to_device(x, dtype):
-    """`x` as a JAX array of `dtype`, converted on the host (an eager `jnp.asarray` compiles
-    a small conversion kernel per new shape and dtype, which a fit's first call would pay)."""
-    return jax.device_put(np.asarray(x, dtype=dtype))
-
-
-def real_scalar(name, value, owner="fit") -> float:
-    """`value` as a Python float, or an error naming `owner` and the argument (strings, complex
-    numbers, booleans and arrays with more than one entry are refused, not converted)."""
-    if isinstance(value, bool | np.bool_):
-        raise TypeError(f"{owner}: `{name}` must be a real number, got {describe(value)}.")
-    refuse_tracers(owner, f"`{name}` is a setting it keeps as a Python number.", **{name: value})
-    if isinstance(value, numbers.Real):  # int, float, NumPy scalars, Fraction, Decimal
-        return float(value)
-    if np.iscomplexobj(value) or np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "iuf":
-        raise TypeError(f"{owner}: `{name}` must be a real number, got {describe(value)}.")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{owner}: `{name}` must be a real number, got {describe(value)}.") from None
+from .._validation import describe, real_scalar
 
 
 def _is_real(dtype) -> bool:

@@ -1,6 +1,7 @@
 """`fit`: least-squares fitting of a system's parameters (and initial state) to data."""
 
 from collections.abc import Callable
+from typing import Literal
 
 import equinox as eqx
 import jax
@@ -9,13 +10,13 @@ import numpy as np
 
 from .._callable_key import by_code
 from .._collector import with_fewer_collections
-from .._validation import check_precision, describe, refuse_tracers, state_dtype
+from .._rollout import AbstractRollout
+from .._validation import check_precision, describe, refuse_tracers, state_dtype, to_device
 from ..systems._base import AbstractODE
-from ._data import check_mask_sigma, check_observed, check_times, to_device
+from ._data import check_mask_sigma, check_observed, check_times
 from ._optimise import COMPILATIONS, choose_solver, package, resolve_compilation, solve
 from ._problem import Problem, identity
 from ._result import FitError, FitResult
-from ._rollout import AbstractRollout
 from ._shooting import MultipleShooting, initial_segment_states, segment_bounds
 from ._unknowns import (
     Block,
@@ -44,13 +45,13 @@ def fit(
     args=None,
     shooting: MultipleShooting | None = None,
     solver="levenberg_marquardt",
-    jacobian: str = "auto",
+    jacobian: Literal["auto", "forward", "reverse"] = "auto",
     rtol: float | None = None,
     atol: float | None = None,
     max_steps: int = 256,
     scale_covariance: bool | None = None,
     throw: bool = True,
-    compilation: str = "auto",
+    compilation: Literal["auto", "optimised", "fast"] = "auto",
 ) -> FitResult:
     """Fit parameters of `system` (and optionally its initial state) to observations.
 
@@ -169,7 +170,6 @@ def fit(
         raise TypeError(f"fit: `throw` must be True or False, got {describe(throw)}.")
     if not isinstance(compilation, str):
         raise TypeError(f"fit: `compilation` must be 'auto', 'optimised' or 'fast', got {describe(compilation)}.")
-    compilation = {"optimized": "optimised"}.get(compilation, compilation)  # either spelling
     if compilation not in COMPILATIONS:
         raise ValueError(f"fit: `compilation` must be 'auto', 'optimised' or 'fast', got {compilation!r}.")
     rollout.check_jacobian(mode)
@@ -209,6 +209,7 @@ def _build_problem(system, state0, times, observed, params, rollout, transforms,
             "fit: `rollout` must say how to integrate: Simulate(integrator, dt) or Solve(...), "
             f"got {describe(rollout)}."
         )
+    rollout.check_for_fit()
     if shooting is None:
         shooting = MultipleShooting(1)
     if not isinstance(shooting, MultipleShooting):

@@ -15,22 +15,21 @@ import optimistix as optx
 from .._cost import operation_count
 from .._jit import _Static
 from .._program_cache import ProgramCache
+from .._rollout import Solve
 from .._solvers import BY_NAME as _SOLVERS
-from .._validation import check_tolerances, describe
-from ._data import real_scalar
+from .._validation import check_tolerances, describe, real_scalar
 from ._problem import forward_residual_function, residual_function
 from ._result import FitResult
-from ._rollout import Solve
 from ._unknowns import entry_labels
 
-_JACOBIAN = {"auto": "auto", "forward": "fwd", "fwd": "fwd", "reverse": "bwd", "bwd": "bwd"}
+_JACOBIAN = {"auto": "auto", "forward": "fwd", "reverse": "bwd"}
 _FORWARD_GRADIENT_MAX_UNKNOWNS = 16  # a minimiser's gradient: forward mode up to this many unknowns
 
 
 def choose_solver(solver, jacobian, rtol, atol, dtype, problem):
     """(solver, Optimistix options, mode of the solver's derivatives, mode of the residual
     Jacobian for the covariance); modes are "fwd" or "bwd"."""
-    if not isinstance(jacobian, str) or jacobian.lower() not in _JACOBIAN:
+    if not isinstance(jacobian, str) or jacobian not in _JACOBIAN:
         raise ValueError(f"fit: `jacobian` must be 'auto', 'forward' or 'reverse', got {jacobian!r}.")
     given_tolerances = rtol is not None or atol is not None
     default_tol = 1e-8 if jnp.finfo(dtype).bits >= 64 else 1e-5
@@ -56,7 +55,7 @@ def choose_solver(solver, jacobian, rtol, atol, dtype, problem):
             f"fit: `rtol`/`atol` set the tolerances of a solver chosen by name; {type(solver).__name__} "
             "was passed as an instance and carries its own, so pass them to its constructor instead."
         )
-    mode = covariance_mode = _JACOBIAN[jacobian.lower()]
+    mode = covariance_mode = _JACOBIAN[jacobian]
     if mode == "auto":
         # The residual Jacobian (least-squares solvers, and the covariance): n_unknowns tangents
         # forward, or n_residuals cotangents backward. A minimiser (BFGS) needs the gradient of

@@ -162,7 +162,7 @@ def _dense_model(problem, draws, segment, plan):
     def one(v):
         system, flat0, segments = problem.values(v)
         start = flat0 if segment == 0 else segments[segment - 1]
-        states = problem.rollout.run(system, problem.layout.unflatten(start), plan, problem.args)
+        states = problem.rollout.run_plan(system, problem.layout.unflatten(start), plan, problem.args)
         out = jax.vmap(problem.observe)(states)
         return jnp.concatenate([x.reshape(x.shape[0], -1) for x in jtu.tree_leaves(out)], axis=1)
 

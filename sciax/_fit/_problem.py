@@ -104,7 +104,7 @@ class Problem(eqx.Module):
         """States at every save time of every segment: leading axes (n_segments, n_save)."""
         system, flat0, segments = self.values(v)
         starts = jax.vmap(self.layout.unflatten)(jnp.concatenate([flat0[None], segments]))
-        run = eqx.filter_vmap(lambda s, plan: self.rollout.run(system, s, plan, self.args))
+        run = eqx.filter_vmap(lambda s, plan: self.rollout.run_plan(system, s, plan, self.args))
         return run(starts, self.plan), segments
 
     def residuals_physical(self, v):

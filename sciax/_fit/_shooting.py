@@ -8,8 +8,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from .._validation import describe
-from ._data import real_scalar, to_device
+from .._validation import describe, real_scalar, to_device
 
 
 class MultipleShooting(eqx.Module):
@@ -118,6 +117,6 @@ def _single_shooting_states(problem, starts, dtype):
 
 @eqx.filter_jit
 def _run_segment(rollout, system, state0, plan, args):
-    run = eqx.filter_vmap(lambda p: rollout.run(system, state0, p, args))
+    run = eqx.filter_vmap(lambda p: rollout.run_plan(system, state0, p, args))
     states = run(plan)
     return jax.vmap(jax.vmap(lambda s: jnp.concatenate([jnp.ravel(x) for x in jtu.tree_leaves(s)])))(states)[0]

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._data import real_scalar
+from .._validation import real_scalar
 
 
 class AbstractTransform(eqx.Module):

@@ -10,12 +10,12 @@ reduction of partial statistics per chunk.
 
 import dataclasses
 import functools
-import inspect
 import math
 import os
 import re
 import warnings
 from collections.abc import Callable
+from typing import Literal
 
 import equinox as eqx
 import jax
@@ -29,14 +29,12 @@ from .. import parallel
 from .._callable_key import by_code
 from .._collector import with_fewer_collections
 from .._jit import async_filter_jit, equinox_errors
-from .._simulate import simulate
+from .._rollout import AbstractRollout, Solve
 from .._trajectory import Trajectory
 from .._validation import describe, refuse_tracers
 from ._axes import apply_axes, resolve_axes, warn_merged_coordinates
 from ._reductions import Streaming, resolve_reductions, tree_finalize, tree_merge, tree_partial
 from ._result import MEMBER, SweepResult
-
-_RESERVED = {"system", "state0", "y0", "key", "check_finite"}
 
 # Members per cache block inside a chunk on CPU devices with one thread each (a multiple of
 # LANES, see below): a block's state stays in cache for all its steps (~15% faster than one vmap
@@ -128,9 +126,8 @@ def sweep(
     state0,
     *,
     axes: dict,
-    mode: str = "grid",
-    simulate_kwargs: dict | None = None,
-    solve_kwargs: dict | None = None,
+    mode: Literal["grid", "zip"] = "grid",
+    rollout: AbstractRollout | None = None,
     run: Callable | None = None,
     output: Callable | None = None,
     reduce=None,
@@ -159,16 +156,13 @@ def sweep(
     - `mode`: `"grid"` (every combination; results shaped `(len(a), len(b), ...)`, last axis
       fastest) or `"zip"` (axes of equal length `n` varied together; results shaped `(n,)`).
     - exactly one of
-      - `simulate_kwargs`: keyword arguments of `sciax.simulate` (`integrator`, `dt`,
-        `n_steps`, `save_every`, `observables`, ...) for a fixed-step rollout;
-      - `solve_kwargs`: keyword arguments of `sciax.solve` for a Diffrax solve;
-      - `run`: `run(system, state0, key) -> pytree`, any unbatched, jittable rollout.
-
-      Python numbers among these keyword arguments (`dt`, `t0`, `t1`, ...) are compile-time
-      constants (as non-array arguments of `eqx.filter_jit` are): a new value compiles the
-      chunk anew (~0.5 s for a small fixed-step model, a few seconds for a Diffrax solve). To
-      vary a fixed-step rollout's `dt` or `t0` from call to call without recompiling, pass them
-      as JAX arrays (`jnp.asarray(dt)`).
+      - `rollout`: how to integrate each member, `sciax.Simulate(integrator, dt, n_steps=...,
+        save_every=..., observables=...)` (fixed step) or `sciax.Solve(solver, t0=..., t1=...,
+        save_at=...)` (Diffrax; run with `throw=False`, so a failed member is reported in
+        `failures` and the others complete). Its settings (`dt`, `t0`, `t1`, step counts) are
+        compile-time constants: a new value compiles the chunk anew; `save_at` is an array;
+      - `run`: `run(system, state0, key) -> pytree`, any unbatched, jittable rollout (e.g. one
+        that varies `dt` as an array, or reads a swept integrator from a pytree `system`).
     - `output`: `output(result) -> pytree`, what to keep of each member (e.g.
       `lambda traj: traj.final_state`); default the whole result. Small outputs make large
       sweeps cheap. The compiled chunk is reused across calls for equal `output`, `run`,
@@ -227,7 +221,7 @@ def sweep(
     ```python
     res = sciax.sweep(Lorenz(), jnp.array([1.0, 0.0, 0.0]),
                       axes={"rho": jnp.linspace(0.0, 30.0, 100), "state0[0]": jnp.array([1.0, 2.0])},
-                      simulate_kwargs=dict(integrator=RK4(), dt=0.01, n_steps=1000, save_every=1000),
+                      rollout=sciax.Simulate(RK4(), dt=0.01, n_steps=1000, save_every=1000),
                       output=lambda traj: traj.final_state)
     res.sel(rho=24.545454, method="nearest").outputs   # (2, 3): both initial x
     ```
@@ -235,13 +229,12 @@ def sweep(
     refuse_tracers("sweep", "it plans chunks and devices from concrete values, runs each chunk as its own "
                    "compiled program and returns NumPy results by coordinate. To transform a "
                    "rollout, use jax.vmap over sciax.simulate or sciax.solve.", system=system,
-                   state0=state0, axes=axes, key=key, simulate_kwargs=simulate_kwargs, solve_kwargs=solve_kwargs,
-                   run=run, output=output)
+                   state0=state0, axes=axes, key=key, rollout=rollout, run=run, output=output)
     if isinstance(order, str):
         _check_chunking(batch_size, memory_budget)  # before the pilot solve, not after it
-        order, batch_size = _cost_order(order, system, state0, axes, mode, solve_kwargs, key, batch_size,
+        order, batch_size = _cost_order(order, system, state0, axes, mode, rollout, key, batch_size,
                                         memory_budget, devices)
-    plan = _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output, reduce,
+    plan = _plan(system, state0, axes, mode, rollout, run, output, reduce,
                  reduce_over, keep, key, batch_size, memory_budget, devices, check_finite, order, gather)
     raw = _execute(plan)
     return _package(plan, raw)
@@ -290,7 +283,7 @@ class _Plan:
 MAX_MEMBERS = 2**30  # flat member positions are int32; padding the last chunk must not wrap them
 
 
-def _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output, reduce, reduce_over,
+def _plan(system, state0, axes, mode, rollout, run, output, reduce, reduce_over,
           keep, key, batch_size, memory_budget, devices, check_finite, order, gather) -> _Plan:
     if mode not in ("grid", "zip"):
         raise ValueError(f"sweep: `mode` must be 'grid' or 'zip', got {mode!r}.")
@@ -310,7 +303,7 @@ def _plan(system, state0, axes, mode, simulate_kwargs, solve_kwargs, run, output
         raise ValueError(f"sweep: {n_members} members (axis lengths {lengths}) "
                          f"exceed the {MAX_MEMBERS} one sweep can index (member positions are int32, and the "
                          "last chunk is padded); split the sweep along an axis.")
-    run_fn = _run_function(run, simulate_kwargs, solve_kwargs, key, resolved)
+    run_fn = _run_function(run, rollout, key, resolved)
     if output is not None and not callable(output):
         raise TypeError(f"sweep: `output` must be a function output(result) -> pytree, got {output!r}.")
     if key is not None and not (isinstance(key, jax.Array) and (jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
@@ -445,57 +438,33 @@ def _traces_in_shard_map(config, payload, axes) -> bool:
     return _memoised("shard_map", (config, payload, tables), traces)
 
 
-def _run_function(run, simulate_kwargs, solve_kwargs, key, axes):
-    given = {"run": run, "simulate_kwargs": simulate_kwargs, "solve_kwargs": solve_kwargs}
-    chosen = [k for k, v in given.items() if v is not None]
-    if len(chosen) != 1:
+def _run_function(run, rollout, key, axes):
+    if (run is None) == (rollout is None):
         raise ValueError(
-            "sweep: pass exactly one of `simulate_kwargs=dict(integrator=..., dt=..., n_steps=...)`, "
-            f"`solve_kwargs=dict(...)` or `run=fn(system, state0, key)`; got {chosen or 'none'}."
-        )
+            "sweep: pass exactly one of `rollout=sciax.Simulate(integrator, dt, n_steps=...)` (or sciax.Solve(...)) "
+            f"and `run=fn(system, state0, key)`; got {'both' if run is not None else 'neither'}.")
     if run is not None:
         if not callable(run):
             raise TypeError(f"sweep: `run` must be a function run(system, state0, key) -> pytree, got {run!r}.")
         return by_code(run)
-    if simulate_kwargs is not None:
-        fn, name, kwargs = simulate, "simulate", simulate_kwargs
-    else:
-        from .._solve import solve  # imported lazily: the Diffrax path is optional here
-
-        fn, name, kwargs = solve, "solve", solve_kwargs
-    if not isinstance(kwargs, dict):
-        raise TypeError(f"sweep: `{name}_kwargs` must be a dict of {name}'s keyword arguments, got {kwargs!r}.")
-    params = inspect.signature(fn).parameters
-    valid = sorted(p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY and p not in _RESERVED)
-    reserved = _RESERVED | ({"throw"} if name == "solve" else set())
-    for k in kwargs:
-        if k in reserved:
-            raise ValueError(f"sweep: do not pass `{k}` in `{name}_kwargs`; sweep sets it per member "
-                             "(use sweep's own `key=` and `check_finite=`; solves run with throw=False so "
-                             "that failed members are reported and the others complete).")
-        if k not in valid:
-            raise ValueError(f"sweep: `{name}_kwargs` has unknown argument {k!r}; valid: {valid}.")
-    integrator = kwargs.get("integrator")
-    if getattr(integrator, "stochastic", False) and key is None and not any(a.kind == "seed" for a in axes):
-        raise ValueError(f"sweep: {type(integrator).__name__} is stochastic: pass `key=jax.random.key(...)` "
+    if not isinstance(rollout, AbstractRollout):
+        raise TypeError(f"sweep: `rollout` must be sciax.Simulate(...) or sciax.Solve(...), got {describe(rollout)}.")
+    rollout.check_complete("sweep")
+    if rollout.stochastic and key is None and not any(a.kind == "seed" for a in axes):
+        raise ValueError(f"sweep: {type(rollout.integrator).__name__} is stochastic: pass `key=jax.random.key(...)` "
                          "or a 'seed' axis.")
-    kwargs = dict(kwargs, throw=False) if name == "solve" else dict(kwargs)
-    if isinstance(kwargs.get("observables"), dict):
-        kwargs["observables"] = {k: by_code(f) for k, f in kwargs["observables"].items()}
-    return _Rollout(fn=fn, kwargs=kwargs, takes_key="key" in params)
+    return _Member(rollout)
 
 
-class _Rollout(eqx.Module):
-    """`simulate`/`solve` with fixed keyword arguments, as a pytree: array arguments are traced,
-    the rest (integrator configuration, step counts, functions) is static."""
+class _Member(eqx.Module):
+    """One member's run of a rollout (a pytree: its arrays are traced, its settings static)."""
 
-    fn: Callable = eqx.field(static=True)
-    kwargs: dict
-    takes_key: bool = eqx.field(static=True)
+    rollout: AbstractRollout
 
     def __call__(self, system, state0, key):
-        extra = {"key": key} if self.takes_key and key is not None else {}
-        return self.fn(system, state0, **self.kwargs, **extra)
+        if isinstance(self.rollout, Solve):
+            return self.rollout(system, state0, throw=False)
+        return self.rollout(system, state0, key=key if self.rollout.stochastic else None)
 
 
 def _reduce_axes(reduce_over, axes, mode, reductions) -> tuple:
@@ -535,7 +504,7 @@ PILOT_STEPS = 256
 PILOT_FRAMES = 257
 
 
-def _cost_order(order, system, state0, axes, mode, solve_kwargs, key, batch_size, memory_budget, devices):
+def _cost_order(order, system, state0, axes, mode, rollout, key, batch_size, memory_budget, devices):
     """Order members by a pilot estimate of their step count (most expensive first).
 
     The pilot solves every member with the same solver and tolerances but at most
@@ -545,16 +514,15 @@ def _cost_order(order, system, state0, axes, mode, solve_kwargs, key, batch_size
     """
     if order != "cost":
         raise ValueError(f"sweep: `order` must be None, 'cost' or a permutation of member indices, got {order!r}.")
-    if solve_kwargs is None or not isinstance(solve_kwargs, dict) or "t0" not in solve_kwargs \
-            or "t1" not in solve_kwargs:
+    if not isinstance(rollout, Solve) or rollout.t0 is None or rollout.t1 is None:
         raise ValueError("sweep: order='cost' estimates the cost of adaptive solves; it needs "
-                         "solve_kwargs=dict(t0=..., t1=..., ...). For other runs pass `order=` a permutation.")
-    t0, t1 = solve_kwargs["t0"], solve_kwargs["t1"]
-    pilot_kwargs = dict(solve_kwargs, max_steps=PILOT_STEPS, save_at=np.linspace(float(t0), float(t1), PILOT_FRAMES))
-    pilot_kwargs.pop("observables", None)
+                         "rollout=sciax.Solve(..., t0=..., t1=...). For other runs pass `order=` a permutation.")
+    t0, t1 = rollout.t0, rollout.t1
+    pilot = Solve(rollout.solver, t0=t0, t1=t1, save_at=np.linspace(t0, t1, PILOT_FRAMES), rtol=rollout.rtol,
+                  atol=rollout.atol, dt0=rollout.dt0, max_steps=PILOT_STEPS, adjoint=rollout.adjoint)
     with warnings.catch_warnings():  # the sweep itself warns about its axes once
         warnings.filterwarnings("ignore", r"sweep: axis .* rounds? onto another", RuntimeWarning)
-        costs = sweep(system, state0, axes=axes, mode=mode, solve_kwargs=pilot_kwargs, output=_pilot_cost, key=key,
+        costs = sweep(system, state0, axes=axes, mode=mode, rollout=pilot, output=_pilot_cost, key=key,
                       memory_budget=memory_budget, devices=devices, check_finite=False).outputs
     costs = np.asarray(costs).reshape(-1)
     ranked = np.argsort(-costs, kind="stable")
