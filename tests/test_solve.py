@@ -351,7 +351,8 @@ def _solve(**overrides):
         # float32 states: times checked after the cast (dt0 = 1e-46 became 0, then ZeroDivisionError)
         (dict(state0=jnp.ones(3, jnp.float32), rtol=None, dt0=1e-46, solver="euler"), ValueError,
          r"`dt0` must be positive and finite, got 1e-46, which is 0.0 in float32"),
-        (dict(state0=jnp.ones(3, jnp.float32), dt0=-0.1), ValueError, r"`dt0` must be positive and finite, got -0.1\.$"),
+        (dict(state0=jnp.ones(3, jnp.float32), dt0=-0.1), ValueError,
+         r"`dt0` must be positive and finite, got -0.1\.$"),
         (dict(state0=jnp.ones(3, jnp.float32), t1=1e-46), ValueError,
          r"`t1` must be greater than `t0`, got t0=0.0 and t1=1e-46 \(in the state's float32: t0=0.0, t1=0.0\)"),
         (dict(t0=jnp.zeros(2)), ValueError, r"solve: `t0` must be a scalar, got array of shape \(2,\)"),
