@@ -270,3 +270,178 @@ def test_tail_corrections_equal_integrals():
         md.LennardJones(shift="energy").tail_energy(rho)
     with pytest.raises(ValueError, match="mole_fractions"):
         mix.tail_pressure(rho)
+
+
+def test_gradients_finite_at_the_cutoff_and_padded_slots_and_match_finite_differences():
+    """A pair exactly at the cutoff, one just across it, and a Verlet list with empty (padded)
+    slots: gradients of U w.r.t. ε, σ and positions are finite and equal central differences
+    (force-shifted LJ: U and its first derivatives are continuous, so differences apply)."""
+    rc = 2.0
+    x = jnp.array([[1.0, 1.0, 1.0], [1.0 + rc, 1.0, 1.0], [1.0, 1.0 + rc + 1e-9, 1.0], [4.0, 4.0, 2.0],
+                   [5.1, 4.2, 2.3], [2.5, 5.5, 5.0], [6.2, 3.0, 6.5], [3.0, 6.5, 3.5]])
+    box = md.Box(7.5)
+
+    def energy(params, positions, strategy):
+        eps, sig = params
+        system = md.MDSystem(box, md.LennardJones(eps, sig, rc, "force"), jnp.ones(len(x)), neighbours=strategy)
+        return system.compute(positions, system.build_neighbours(positions)).energy
+
+    verlet = md.MDSystem(box, md.LennardJones(1.0, 1.0, rc), jnp.ones(len(x)),
+                         neighbours=md.VerletList(skin=0.2)).allocate(x).neighbours
+    assert verlet.capacity > 3  # padded slots exist
+    params = (jnp.asarray(0.9), jnp.asarray(1.05))
+    for strategy in (md.AllPairs(), verlet):
+        f = jax.jit(lambda p, q, s=strategy: energy(p, q, s))
+        g_params, g_x = jax.grad(f, argnums=(0, 1))(params, x)
+        assert all(np.isfinite(float(g)) for g in g_params) and np.all(np.isfinite(g_x))
+        h = 1e-6
+        for k in range(2):
+            up = tuple(p + h * (i == k) for i, p in enumerate(params))
+            down = tuple(p - h * (i == k) for i, p in enumerate(params))
+            np.testing.assert_allclose(float(g_params[k]), float(f(up, x) - f(down, x)) / (2 * h), rtol=1e-7)
+        # φ'' jumps at the cutoff, so there the central difference errs by O(h φ''): h = 1e-7, atol 1e-7
+        h = 1e-7
+        for i, a in [(0, 0), (1, 0), (2, 1), (4, 2)]:
+            fd = float(f(params, x.at[i, a].add(h)) - f(params, x.at[i, a].add(-h))) / (2 * h)
+            np.testing.assert_allclose(float(g_x[i, a]), fd, rtol=1e-6, atol=1e-7)
+    # second derivatives through the jvp of the pair function stay finite too
+    hessian_row = jax.grad(lambda p: jax.grad(energy, argnums=1)(params, p, md.AllPairs())[0, 0])(x)
+    assert np.all(np.isfinite(hessian_row))
+    # the pair energy itself: exactly 0 at and beyond the cutoff, finite zero gradients there
+    lj = md.LennardJones(1.0, 1.0, rc)
+    r = jnp.array([rc, rc + 1.0, jnp.inf, 0.0 + rc * 0.5])
+    assert float(lj.pair_energy(r)[0]) == 0.0 and float(lj.pair_energy(r)[1]) == 0.0
+    grads = jax.vmap(jax.grad(lj.pair_energy))(r)
+    assert float(grads[0]) == 0.0 and float(grads[1]) == 0.0 and float(grads[2]) == 0.0
+
+
+def test_float32_and_float64_keep_their_dtype(dtype):
+    x, box = lattice_configuration(3, 0.8442, seed=6)
+    x = jnp.asarray(x, dtype)
+    for strategy in STRATEGIES.values():
+        potential = md.LennardJones(cutoff=2.0) + md.Morse(0.5, 2.0, 1.2, 2.0, "energy")
+        system = md.MDSystem(md.Box(jnp.asarray(box, dtype)), potential, jnp.ones(len(x), dtype),
+                             neighbours=strategy).allocate(x)
+        nbrs = system.build_neighbours(x)
+        result = eqx.filter_jit(lambda s, p, nb: s.compute(p, nb))(system, x, nbrs)
+        assert result.energy.dtype == result.forces.dtype == result.virial.dtype == dtype
+        assert nbrs.reference_positions.dtype == dtype
+        reference = reference_sums(np.asarray(x, np.float64), box, *shifted_reference(
+            lambda r, a, b: 4 * (r**-12 - r**-6) + 0.5 * (np.exp(-4 * (r - 1.2)) - 2 * np.exp(-2 * (r - 1.2)))
+            - np.where(r > 0, 0.5 * (np.exp(-4 * (2.0 - 1.2)) - 2 * np.exp(-2 * (2.0 - 1.2))), 0)
+            - 4 * (2.0**-12 - 2.0**-6) * 0,
+            lambda r, a, b: 4 * (-12 * r**-13 + 6 * r**-7) + 0.5 * (-4 * np.exp(-4 * (r - 1.2)) + 4 * np.exp(-2 * (r - 1.2))),
+            2.0, "none"))
+        assert_close(result, reference, rtol=1e-10 if dtype == jnp.float64 else 2e-5)
+
+
+def test_bonds_and_kremer_grest_chains():
+    """Harmonic and FENE bonds against a NumPy sum; a Kremer–Grest chain (FENE k=30, R0=1.5 plus WCA
+    between all pairs) has forces −∇U and its virial equals the sum of b ⊗ f over bonds and pairs."""
+    rng = np.random.default_rng(7)
+    n, box = 24, 8.0
+    walk = [np.full(3, box / 2)]
+    while len(walk) < n:  # a self-avoiding random walk of bond length 0.97
+        step = rng.normal(0, 1, 3)
+        trial = walk[-1] + 0.97 * step / np.linalg.norm(step)
+        d = np.asarray(walk) - trial
+        d -= box * np.round(d / box)
+        if np.min(np.sum(d * d, 1)) > 0.9**2:
+            walk.append(trial)
+    x = np.asarray(walk) % box
+    bonds = np.stack([np.arange(n - 1), np.arange(1, n)], 1)
+    k_values = rng.uniform(10, 20, n - 1)
+    harmonic = md.HarmonicBond(bonds, jnp.asarray(k_values), 1.0)
+    fene = md.FENEBond(bonds, k=30.0, r0=1.5)
+    b = x[bonds[:, 0]] - x[bonds[:, 1]]
+    b -= box * np.round(b / box)
+    r = np.linalg.norm(b, axis=1)
+    for term, energy, dphi in [
+        (harmonic, 0.5 * k_values * (r - 1.0) ** 2, k_values * (r - 1.0)),
+        (fene, -0.5 * 30 * 1.5**2 * np.log(1 - (r / 1.5) ** 2), 30 * r / (1 - (r / 1.5) ** 2)),
+    ]:
+        system = md.MDSystem(md.Box(box), term, jnp.ones(n))
+        result = system.compute(jnp.asarray(x), system.build_neighbours(jnp.asarray(x)))
+        fij = -(dphi / r)[:, None] * b
+        forces = np.zeros_like(x)
+        np.add.at(forces, bonds[:, 0], fij)
+        np.add.at(forces, bonds[:, 1], -fij)
+        assert_close(result, (energy.sum(), forces, np.einsum("pa,pb->ab", b, fij)))
+    chain = md.MDSystem(md.Box(box), md.FENEBond(bonds, k=30.0, r0=1.5) + md.WCA(1.0, 1.0), jnp.ones(n),
+                        neighbours=md.VerletList(skin=0.3)).allocate(jnp.asarray(x))
+    xj = jnp.asarray(x)
+    result = chain.compute(xj, chain.build_neighbours(xj))
+    scale = float(jnp.max(jnp.abs(result.forces)))
+    np.testing.assert_allclose(result.forces, -jax.grad(chain.potential_energy)(xj), rtol=0, atol=1e-13 * scale)
+    wca_only = md.MDSystem(md.Box(box), md.WCA(), jnp.ones(n))
+    fene_only = md.MDSystem(md.Box(box), fene, jnp.ones(n))
+    np.testing.assert_allclose(result.virial, wca_only.virial(xj) + fene_only.virial(xj), rtol=1e-12)
+    wca = md.WCA(1.0, 1.0)
+    assert float(wca.cutoff) == pytest.approx(2 ** (1 / 6))
+    assert float(wca.pair_energy(jnp.asarray(1.0))) == pytest.approx(1.0)  # 4(1 - 1) + ε
+
+
+def test_box_wrap_unwrap_and_minimum_image():
+    box = md.Box(jnp.array([3.0, 4.0, 5.0]))
+    x = jnp.array([[-0.5, 4.5, 12.0], [3.0, 0.0, -10.0]])
+    wrapped, images = box.wrap(x)
+    np.testing.assert_allclose(wrapped, [[2.5, 0.5, 2.0], [0.0, 0.0, 0.0]], atol=1e-15)
+    np.testing.assert_array_equal(images, [[-1, 1, 2], [1, 0, -2]])
+    assert images.dtype == jnp.int32
+    np.testing.assert_allclose(box.unwrap(wrapped, images), x, atol=1e-14)
+    np.testing.assert_allclose(box.displacement(jnp.array([0.1, 0.1, 0.1]), jnp.array([2.9, 3.9, 4.9])),
+                               [0.2, 0.2, 0.2], atol=1e-14)
+    assert float(box.volume) == 60.0
+    free = md.FreeSpace()
+    assert float(free.volume) == np.inf
+    np.testing.assert_array_equal(free.wrap(x)[0], x)
+    # FreeSpace: all pairs, plain displacements; pressure is refused
+    system = md.MDSystem(free, md.LennardJones(cutoff=2.5), jnp.ones(2))
+    y = jnp.array([[0.0, 0.0, 0.0], [1.2, 0.0, 0.0]])
+    assert float(system.potential_energy(y)) == pytest.approx(4 * (1.2**-12 - 1.2**-6))
+    with pytest.raises(ValueError, match="periodic Box"):
+        system.pressure(md.MDState(y, jnp.zeros_like(y)))
+
+
+def test_bad_input_is_refused_with_a_message_naming_the_argument():
+    x, box = lattice_configuration(3, 0.8442, seed=8)
+    x = jnp.asarray(x)
+    n = len(x)
+    lj = md.LennardJones(cutoff=2.0)
+    verlet = md.VerletList(skin=0.3)
+    with pytest.raises(ValueError, match="`positions` must lie inside the box"):
+        md.MDSystem(md.Box(box), lj, jnp.ones(n), neighbours=verlet).allocate(x.at[3, 1].set(box + 0.1))
+    with pytest.raises(ValueError, match=r"cutoff \+ skin \(3.4\) must be below half the smallest box length"):
+        md.MDSystem(md.Box(box), md.LennardJones(cutoff=3.1), jnp.ones(n), neighbours=verlet)
+    with pytest.raises(ValueError, match=r"the cutoff \(2.5\) must be below half"):
+        md.MDSystem(md.Box(4.0), md.LennardJones(cutoff=2.5), jnp.ones(3))
+    with pytest.raises(ValueError, match=r"`species` must be an int array of shape \(108,\)"):
+        md.MDSystem(md.Box(box), lj, jnp.ones(n), species=jnp.zeros(n - 1, jnp.int32))
+    with pytest.raises(ValueError, match=r"`species` must be in \[0, 2\)"):
+        md.MDSystem(md.Box(box), md.LennardJones(jnp.ones(2), jnp.ones(2)), jnp.ones(n),
+                    species=jnp.full(n, 2, jnp.int32))
+    with pytest.raises(ValueError, match="`masses` must be positive and finite, got 0.0 for particle 4"):
+        md.MDSystem(md.Box(box), lj, jnp.ones(n).at[4].set(0.0))
+    with pytest.raises(ValueError, match="`masses` must be positive and finite, got -1.0"):
+        md.MDSystem(md.Box(box), lj, -jnp.ones(n))
+    system = md.MDSystem(md.Box(box), lj, jnp.ones(n), neighbours=verlet)
+    with pytest.raises(ValueError, match=r"`positions` holds NaN or Inf \(particle 7"):
+        system.allocate(x.at[7, 2].set(jnp.nan))
+    with pytest.raises(ValueError, match="`positions` holds NaN"):
+        system.allocate(x).build_neighbours(x.at[7, 2].set(jnp.nan))
+    with pytest.raises(md._system.StateMismatchError, match=r"`positions` must have shape \(N, d\) = \(108, 3\)"):
+        system.allocate(x[:5])
+    with pytest.raises(ValueError, match="`FENEBond.bonds` refers to particle 108"):
+        md.MDSystem(md.Box(box), md.FENEBond(jnp.array([[0, 1], [107, 108]])), jnp.ones(n))
+    with pytest.raises(ValueError, match=r"`bonds` must be an integer array of shape \(M, 2\)"):
+        md.HarmonicBond(jnp.array([0, 1, 2]), 1.0, 1.0)
+    with pytest.raises(ValueError, match="`shift` must be one of"):
+        md.LennardJones(shift="smooth")
+    with pytest.raises(ValueError, match="`sigma` must be positive"):
+        md.LennardJones(sigma=-1.0)
+    with pytest.raises(ValueError, match="different numbers of species"):
+        md.LennardJones(jnp.ones(2), jnp.ones(3))
+    with pytest.raises(ValueError, match="`lengths` must be positive and finite"):
+        md.Box(jnp.array([1.0, -2.0, 3.0]))
+    with pytest.raises(TypeError, match="`potential` must be a pair potential"):
+        md.MDSystem(md.Box(box), "lj", jnp.ones(n))

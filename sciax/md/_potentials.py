@@ -107,7 +107,10 @@ class AbstractPairPotential(eqx.Module):
 
         **Returns:** energies, shape of `r`, energy units.
         """
-        return self.pair_energy_r2(r * r, species_i, species_j)
+        inside = r < self.cutoff
+        safe = jnp.where(inside, r, jnp.zeros((), r.dtype))  # r = inf beyond: keep 2r out of the gradient
+        phi = self.pair_energy_r2(jnp.where(inside, safe * safe, jnp.inf), species_i, species_j)
+        return jnp.where(inside, phi, jnp.zeros((), phi.dtype))
 
     @property
     def pair_terms(self) -> tuple:

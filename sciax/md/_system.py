@@ -35,6 +35,17 @@ ALL_PAIRS_LIMIT = 4096  # above this many particles AllPairs is refused (O(N²) 
 DEFAULT_ALL_PAIRS_BELOW = 1000  # the default strategy: AllPairs below this many particles, else VerletList
 
 
+@eqx.filter_jit
+def _largest_row(box, positions, grid):
+    _, _, runs = sort_by_cell(box, positions, grid)
+    return jnp.max(runs[..., 1] + runs[..., 3])
+
+
+@eqx.filter_jit
+def _largest_neighbour_count(box, positions, grid, window, radius):
+    return build_lists(box, positions, grid, window, 1, radius)[3]
+
+
 class ForceResult(eqx.Module):
     """Potential energy (energy units, scalar), forces `(N, d)` (energy / length) and virial
     $W_{ab} = \\sum_\\text{pairs} r_a f_b$ `(d, d)` (energy units), so that
@@ -70,6 +81,11 @@ def _as_potential(potential):
         return potential
     raise TypeError(f"MDSystem: `potential` must be a pair potential, a bonded term or a sum of them, "
                     f"got {type(potential).__name__}.")
+
+
+@eqx.filter_jit
+def _build_and_compute(system, positions):
+    return system.compute(positions, system.build_neighbours(positions))
 
 
 class MDSystem(AbstractHamiltonian):
@@ -131,7 +147,7 @@ class MDSystem(AbstractHamiltonian):
             m = np.asarray(self.masses)
             if not np.all(np.isfinite(m) & (m > 0)):
                 bad = int(np.argmax(~(np.isfinite(m) & (m > 0))))
-                raise ValueError(f"{name}: `masses` must be positive and finite, got {m[bad]!r} for particle {bad}.")
+                raise ValueError(f"{name}: `masses` must be positive and finite, got {float(m[bad])!r} for particle {bad}.")
         n = self.n_particles
         if self.species is not None:
             if jnp.shape(self.species) != (n,) or not jnp.issubdtype(self.species.dtype, jnp.integer):
@@ -250,11 +266,10 @@ class MDSystem(AbstractHamiltonian):
         positions = jnp.asarray(positions)
         radius = float(self._list_radius())
         grid = grid_for(self.box.lengths, radius)
-        _, _, runs = sort_by_cell(self.box, positions, grid)
-        window = int(math.ceil(int(jnp.max(runs[..., 1] + runs[..., 3])) * margin)) + 2
+        window = int(math.ceil(int(_largest_row(self.box, positions, grid)) * margin)) + 2
         if isinstance(strategy, CellList):
             return eqx.tree_at(lambda s: s.neighbours, self, CellList(cell_capacity=window, grid=grid))
-        _, _, _, needed, _ = build_lists(self.box, positions, grid, window, 1, radius)
+        needed = _largest_neighbour_count(self.box, positions, grid, window, radius)
         capacity = int(math.ceil(int(needed) * margin)) + 2
         return eqx.tree_at(lambda s: s.neighbours, self, VerletList(
             skin=strategy.skin, capacity=capacity, cell_capacity=window, grid=grid))
@@ -372,7 +387,9 @@ class MDSystem(AbstractHamiltonian):
             if not is_concrete(positions):
                 self._require_allocated("MDSystem.potential_energy")
             system = self.allocate(positions)
-        return system.compute(positions, system.build_neighbours(positions))
+        if isinstance(strategy, AllPairs):
+            return system.compute(positions, system.build_neighbours(positions))
+        return _build_and_compute(system, positions)
 
     def potential_energy(self, positions) -> jax.Array:
         """U(positions) (energy units), building the neighbours on the fly."""
