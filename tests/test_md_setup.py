@@ -333,6 +333,8 @@ def test_xyz_bad_input_leaves_file_whole(tmp_path, key):
         md.write_xyz(path, positions, images=jnp.zeros((20, 3), jnp.int32), append=True)
     with pytest.raises(TypeError, match="`images` must be an integer array"):
         md.write_xyz(path, positions, box=box, images=jnp.zeros((20, 3)), append=True)
+    with pytest.raises(TypeError, match="`positions` must be a concrete array"):
+        jax.jit(lambda x: md.write_xyz(path, x, append=True))(positions)
     assert path.read_text() == before
     path.write_text(before + "20\nProperties=species:S:1:pos:R:3\nX 0 0 0\n")
     with pytest.raises(ValueError, match="announces 20 atoms but the file ends after 1"):

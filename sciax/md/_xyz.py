@@ -18,6 +18,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+import jax
 import numpy as np
 
 from .._validation import describe
@@ -128,6 +129,9 @@ def format_xyz_frame(
     step=None,
 ) -> str:
     """One extended XYZ frame as a string (what `write_xyz` appends); see `write_xyz`."""
+    if isinstance(positions, jax.core.Tracer):
+        raise TypeError("write_xyz: `positions` must be a concrete array (write files outside jit), got a "
+                        "traced value.")
     positions = np.asarray(positions) if positions is not None else None
     if positions is None or positions.ndim != 2 or positions.shape[1] != 3:
         raise ValueError(f"write_xyz: `positions` must have shape (N, 3) (extended XYZ is 3-D), "
