@@ -179,7 +179,7 @@ _STIFF_SOLVERS = ("kvaerno5", "kvaerno4", "kvaerno3", "implicit_euler")
 
 def _max_steps_advice(solver, max_steps) -> str:
     name = type(solver).__name__
-    text = f"solve: {name} took max_steps = {max_steps} steps without reaching `t1`."
+    text = f"solve: {name} reached the maximum number of solver steps, max_steps = {max_steps}, before `t1`."
     if isinstance(solver, dfx.AbstractImplicitSolver):
         return text + " Raise `max_steps`, or loosen `rtol`/`atol`."
     return (text + f" The problem may be stiff (fast and slow time scales, e.g. VanDerPol with a large mu): {name} "

@@ -415,15 +415,14 @@ def test_an_explicit_solver_at_its_step_limit_says_the_problem_may_be_stiff_and_
     from sciax.systems import VanDerPol
 
     y0 = jnp.array([2.0, 0.0])
-    with pytest.raises(MaxStepsError, match=r"solve: Tsit5 took max_steps = 2000 steps without reaching `t1`. The "
-                                            r"problem may be stiff .* Use an implicit solver: solver='kvaerno5' \(or "
-                                            r"'kvaerno4', 'kvaerno3', 'implicit_euler'\)"):
+    with pytest.raises(MaxStepsError, match=r"solve: Tsit5 reached the maximum number of solver steps, max_steps = "
+                                            r"2000, before `t1`. The problem may be stiff .* Use an implicit solver: "
+                                            r"solver='kvaerno5' \(or 'kvaerno4', 'kvaerno3', 'implicit_euler'\)"):
         sciax.solve(VanDerPol(mu=1e5), y0, t0=0.0, t1=10.0, solver="tsit5", max_steps=2000)
-    with pytest.raises(MaxStepsError, match=r"Kvaerno5 took max_steps = 3 steps without reaching `t1`. Raise "
-                                            r"`max_steps`, or loosen `rtol`/`atol`.$"):
+    with pytest.raises(MaxStepsError, match=r"Kvaerno5 reached the maximum number of solver steps, max_steps = 3, "
+                                            r"before `t1`. Raise `max_steps`, or loosen `rtol`/`atol`.$"):
         sciax.solve(VanDerPol(mu=1e5), y0, t0=0.0, t1=10.0, solver="kvaerno5", max_steps=3)
-    stiff = sciax.solve(VanDerPol(mu=1e5), y0, t0=0.0, t1=10.0, solver="kvaerno5", max_steps=2000)
-    assert bool(stiff.stats["success"])  # what the message advises works
+    # (that the advised solver solves such a problem: test_van_der_pol_mu1000_stiff_matches_scipy)
 
 
 @pytest.mark.parametrize("half", [jnp.float16, jnp.bfloat16])
