@@ -60,11 +60,19 @@ def simulate(
     the state at `t0 + k * save_every * dt`; frame 0 is `state0`, so there are
     `n_steps // save_every + 1` frames.
 
+    A run whose state becomes NaN or Inf (too large a step, e.g. a stiff problem such as
+    `VanDerPol(mu=1000)` with an explicit method) is not an error by default: it returns, and
+    `traj.finite` marks the frames from the first bad one (checking costs a wait for the result,
+    which jitted and vmapped callers do not want). Pass `check_finite=True` to raise
+    `NonFiniteStateError` naming the frame, or use `solve` with an implicit solver for stiff
+    problems. (`solve` checks the initial state for NaN/Inf on the host; `simulate` does so with
+    `check_finite=True`.)
+
     **Arguments:**
 
     - `system`: an `AbstractODE`/`AbstractSDE`/`AbstractHamiltonian` (Equinox module).
-    - `state0`: initial state (array for ODEs, `PhaseSpace` for particle systems), float32 or
-      float64; the rollout keeps its dtype.
+    - `state0`: initial state (array for ODEs, `PhaseSpace` for particle systems), float64,
+      float32 or half precision (float16, bfloat16); the rollout keeps its dtype.
     - `integrator`: a `sciax.integrators` method, e.g. `RK4()` or `VelocityVerlet()`.
     - `dt`: step size (time units), positive and finite. Checked on the host when its value is
       known there; a traced `dt` (inside `jax.jit`, `jax.vmap`, `jax.grad`) that is zero or
