@@ -783,3 +783,19 @@ def test_the_plot_title_names_the_system_s_parameters(tmp_path, monkeypatch):
     text = LORENZ.replace("plot = false", "plot = true").replace("rho = 28.0", "rho = 24.5")
     run(scenario(text), tmp_path, progress=False)
     assert titles == ["lorenz_test: Lorenz(sigma=10, rho=24.5, beta=2.667), RK4, dt = 0.01, float64"]
+
+
+def test_missing_chunk_files_and_a_shortened_csv_are_resume_errors_that_change_nothing(tmp_path):
+    s = scenario(LORENZ)
+    run(s, tmp_path, progress=False, max_chunks=2)
+    chunk = sorted((tmp_path / "chunks").iterdir())[1]
+    saved = chunk.read_bytes()
+    chunk.unlink()
+    with pytest.raises(ResumeError, match=rf"chunk files \['{chunk.name}'\] listed in .*checkpoint.npz are missing"):
+        run(s, tmp_path, resume=True, progress=False)
+    chunk.write_bytes(saved)
+    states_csv = tmp_path / "states.csv"
+    states_csv.write_bytes(states_csv.read_bytes()[:-10])
+    with pytest.raises(ResumeError, match=r"states.csv is shorter \(\d+ bytes\) than its checkpoint records"):
+        run(s, tmp_path, resume=True, progress=False)
+    assert (tmp_path / "chunks" / chunk.name).read_bytes() == saved
