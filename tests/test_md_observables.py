@@ -40,23 +40,34 @@ def liquid(key):
     return system, md.MDState(positions, velocities, images)
 
 
+SCALARS = {"K": md.kinetic_energy, "T": md.temperature, "U": md.potential_energy, "E": md.total_energy,
+           "W": md.virial, "Pab": md.pressure_tensor, "P": md.pressure}
+
+
+@eqx.filter_jit
+def evaluate(state, system):
+    """Every observable of one frame, in one compiled program (as `simulate` evaluates them)."""
+    return {name: fn(0.0, state, system) for name, fn in SCALARS.items()}
+
+
 def test_energies_temperature_pressure_vs_numpy(liquid):
     system, state = liquid
+    values = evaluate(state, system)
     m, v = np.asarray(system.masses), np.asarray(state.velocities)
     lengths = np.asarray(system.box.lengths)
     kinetic = 0.5 * np.sum(m[:, None] * v**2)
-    assert float(md.kinetic_energy(0.0, state, system)) == pytest.approx(kinetic, rel=1e-14)
+    assert float(values["K"]) == pytest.approx(kinetic, rel=1e-14)
     # kT = 2K / (dN - d): the momentum of the centre of mass removed
-    assert float(md.temperature(0.0, state, system)) == pytest.approx(2 * kinetic / (3 * 128 - 3), rel=1e-14)
+    assert float(values["T"]) == pytest.approx(2 * kinetic / (3 * 128 - 3), rel=1e-14)
     energy, virial = lj_reference(state.positions, lengths, 1.0, 1.0, 2.5)
-    assert float(md.potential_energy(0.0, state, system)) == pytest.approx(energy, rel=1e-12)
-    assert float(md.total_energy(0.0, state, system)) == pytest.approx(kinetic + energy, rel=1e-12)
-    np.testing.assert_allclose(np.asarray(md.virial(0.0, state, system)), virial, rtol=1e-11, atol=1e-11)
+    assert float(values["U"]) == pytest.approx(energy, rel=1e-12)
+    assert float(values["E"]) == pytest.approx(kinetic + energy, rel=1e-12)
+    np.testing.assert_allclose(np.asarray(values["W"]), virial, rtol=1e-11, atol=1e-11)
     volume = float(np.prod(lengths))
     tensor = (np.einsum("i,ia,ib->ab", m, v, v) + virial) / volume
-    np.testing.assert_allclose(np.asarray(md.pressure_tensor(0.0, state, system)), tensor, rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(values["Pab"]), tensor, rtol=1e-11, atol=1e-12)
     pressure = (2 * kinetic + np.trace(virial)) / (3 * volume)
-    assert float(md.pressure(0.0, state, system)) == pytest.approx(pressure, rel=1e-11)
+    assert float(values["P"]) == pytest.approx(pressure, rel=1e-11)
 
 
 def test_temperature_of_maxwell_boltzmann_and_float32(key):
@@ -64,9 +75,9 @@ def test_temperature_of_maxwell_boltzmann_and_float32(key):
     masses = jnp.full(32, 1.5, jnp.float32)
     state = md.MDState(positions, md.maxwell_boltzmann(masses, 0.7, key=key))
     system = md.MDSystem(box, md.LennardJones(cutoff=1.5), masses)
-    t = md.temperature(0.0, state, system)
-    assert t.dtype == jnp.float32 and float(t) == pytest.approx(0.7, rel=1e-5)
-    assert md.pressure(0.0, state, system).dtype == jnp.float32
+    values = evaluate(state, system)
+    assert all(value.dtype == jnp.float32 for value in values.values())
+    assert float(values["T"]) == pytest.approx(0.7, rel=1e-5)
 
 
 def test_ideal_gas_pressure(key):
@@ -77,10 +88,10 @@ def test_ideal_gas_pressure(key):
     v = jax.random.normal(jax.random.fold_in(key, 1), (n, 3), jnp.float64)
     v = v * jnp.sqrt(3 * n * kT / jnp.sum(masses[:, None] * v**2))  # Σ m v² = d N kT exactly
     system = md.MDSystem(box, md.LennardJones(epsilon=0.0, cutoff=2.0), masses)
-    state = md.MDState(positions, v)
+    values = evaluate(md.MDState(positions, v), system)
     volume = float(box.volume)
-    assert float(md.pressure(0.0, state, system)) == pytest.approx(n * kT / volume, rel=1e-13)
-    assert float(jnp.trace(md.pressure_tensor(0.0, state, system))) / 3 == pytest.approx(n * kT / volume, rel=1e-13)
+    assert float(values["P"]) == pytest.approx(n * kT / volume, rel=1e-13)
+    assert float(jnp.trace(values["Pab"])) / 3 == pytest.approx(n * kT / volume, rel=1e-13)
 
 
 def test_pressure_in_free_space_is_refused():
@@ -115,6 +126,25 @@ def test_rdf_histogram_equals_numpy_and_blocks(key, n):
         counts = md.rdf_histogram(3.5, 25, block_size=block_size)(0.0, state, system)
         assert counts.dtype == jnp.int32
         np.testing.assert_array_equal(np.asarray(counts), expected)
+
+
+def test_rdf_histogram_from_a_neighbour_list(key):
+    """`like=`: pairs from a Verlet list of radius r_max give the all-pairs histogram; a configuration
+    that needs more slots than the sized one is an error, not a wrong histogram."""
+    positions, box = md.random_positions(500, density=0.8, min_distance=0.8, key=key)
+    system = md.MDSystem(box, md.LennardJones(cutoff=2.5), jnp.ones(500))
+    state = md.MDState(positions, jnp.zeros((500, 3)))
+    listed = md.rdf_histogram(3.0, 30, like=(system, positions))
+    listed_jit = eqx.filter_jit(listed)
+    counts = listed_jit(0.0, state, system)
+    np.testing.assert_array_equal(np.asarray(counts), numpy_pair_histogram(positions, np.asarray(box.lengths), 3.0, 30))
+    clustered = md.MDState(positions * 0.5, state.velocities)  # 8 times denser in one corner
+    with pytest.raises(eqx.EquinoxRuntimeError, match="needs more neighbour slots than the `like` configuration"):
+        listed_jit(0.0, clustered, system)
+    with pytest.raises(ValueError, match=r"`like` must be a pair \(system, positions\)"):
+        md.rdf_histogram(3.0, 30, like=system)
+    with pytest.raises(ValueError, match="`margin` must be a number >= 1"):
+        md.rdf_histogram(3.0, 30, like=(system, positions), margin=0.5)
 
 
 def test_rdf_of_an_ideal_gas_is_one(key):

@@ -27,6 +27,7 @@ import numpy as np
 from jax import lax
 
 from .._validation import describe
+from ._neighbours import VerletList
 from ._velocities import degrees_of_freedom
 
 # --- per-frame observables fn(t, state, system) ----------------------------------------------------
@@ -130,26 +131,35 @@ def mean_squared_displacement(reference):
     return msd
 
 
-def rdf_histogram(r_max, n_bins: int, *, block_size: int | None = None):
+def rdf_histogram(r_max, n_bins: int, *, block_size: int | None = None, like=None, margin: float = 1.5):
     """An observable: the histogram of pair distances, for the radial distribution function.
 
     Counts each unordered pair i ≠ j with minimum-image distance r < `r_max` once, in bin
     floor(r / r_max · n_bins) of `n_bins` equal bins on [0, r_max). Pairs are enumerated over
     all pairs (atom i with the N/2 atoms after it, cyclically) in blocks of `block_size` atoms,
     so memory is O(block_size · N) (about 10⁶ distances per block by default) while work is
-    O(N²/2) per frame. Normalise with `radial_distribution`.
+    O(N²/2) per frame. With `like=(system, positions)` they come instead from a Verlet list of
+    radius `r_max` built at every call (a cell grid, O(N K) work and memory for K neighbours
+    per atom), whose capacities are sized on the host from that typical configuration: use it
+    for large N and r_max well below the box. Normalise with `radial_distribution`.
 
     **Arguments:**
 
     - `r_max`: largest distance (length units), positive; at most half the shortest box side
       (minimum image), checked when the observable runs.
     - `n_bins`: number of bins.
-    - `block_size`: atoms per block (default: max(1, 2²⁰ // (N/2))).
+    - `block_size`: atoms per block of the all-pairs enumeration (default: max(1, 2²⁰ // (N/2))).
+    - `like`: `(system, positions)`, an `MDSystem` in a periodic box and a configuration
+      `(N, d)` like those to come, to size the neighbour buffers (host side; capacities are the
+      counts found there times `margin`). Default None: all pairs.
+    - `margin`: the factor on those counts (≥ 1).
 
     **Returns:** a function `fn(t, state, system)` returning int32 counts `(n_bins,)`.
 
-    **Raises:** `ValueError` for a non-positive `r_max`, `n_bins` or `block_size`; at run time
-    (`eqx.error_if`) when `r_max` exceeds half the shortest box side.
+    **Raises:** `ValueError` for a non-positive `r_max`, `n_bins` or `block_size`, or a `like`
+    that is not `(MDSystem in a Box, positions)`; at run time (`eqx.error_if`) when `r_max`
+    exceeds half the shortest box side, or when a configuration needs more neighbour slots than
+    `like` provided (raise `margin`).
     """
     if isinstance(r_max, bool) or not isinstance(r_max, (int, float, np.integer, np.floating)) \
             or not math.isfinite(r_max) or r_max <= 0:
@@ -162,6 +172,8 @@ def rdf_histogram(r_max, n_bins: int, *, block_size: int | None = None):
         raise ValueError(f"rdf_histogram: `block_size` must be a positive int, got {describe(block_size)}.")
     r_max, n_bins = float(r_max), int(n_bins)
     rows = None if block_size is None else int(block_size)
+    if like is not None:
+        return _listed_histogram(r_max, n_bins, like, margin)
 
     def histogram(t, state, system):
         positions = state.positions
@@ -170,7 +182,6 @@ def rdf_histogram(r_max, n_bins: int, *, block_size: int | None = None):
         block = min(n, rows if rows is not None else max(1, 2**20 // max(half, 1)))
         n_blocks = -(-n // block)
         offsets = 1 + jnp.arange(half)
-        scale = jnp.asarray(n_bins / r_max, positions.dtype)
 
         def add_block(counts, start):
             i = start + jnp.arange(block)
@@ -180,15 +191,62 @@ def rdf_histogram(r_max, n_bins: int, *, block_size: int | None = None):
             keep = (i[:, None] < n) & (r2 < r_max * r_max)
             if n % 2 == 0:  # the pair at offset n/2 is reached from both ends: count it from i < n/2
                 keep = keep & ((offsets[None, :] < half) | (i[:, None] < half))
-            bins = jnp.minimum((jnp.sqrt(r2) * scale).astype(jnp.int32), n_bins - 1)
-            return counts.at[jnp.where(keep, bins, n_bins).ravel()].add(1, mode="drop"), None
+            return counts + _bin_counts(r2, keep, r_max, n_bins, positions.dtype), None
 
         counts, _ = lax.scan(add_block, jnp.zeros(n_bins, jnp.int32), jnp.arange(n_blocks) * block)
-        if system.box.periodic:
-            counts = eqx.error_if(counts, 2 * r_max > jnp.min(system.box.lengths),
-                                  "rdf_histogram: `r_max` exceeds half the shortest box side; "
-                                  "minimum-image distances beyond it are not all counted.")
+        return _check_r_max(counts, r_max, system)
+
+    return histogram
+
+
+def _check_r_max(counts, r_max, system):
+    if not system.box.periodic:
         return counts
+    return eqx.error_if(counts, 2 * r_max > jnp.min(system.box.lengths),
+                        "rdf_histogram: `r_max` exceeds half the shortest box side; "
+                        "minimum-image distances beyond it are not all counted.")
+
+
+def _bin_counts(r2, keep, r_max, n_bins, dtype):
+    bins = jnp.minimum((jnp.sqrt(r2) * jnp.asarray(n_bins / r_max, dtype)).astype(jnp.int32), n_bins - 1)
+    return jnp.zeros(n_bins, jnp.int32).at[jnp.where(keep, bins, n_bins).ravel()].add(1, mode="drop")
+
+
+def _listed_histogram(r_max, n_bins, like, margin):
+    """`rdf_histogram` over a Verlet list of radius r_max (built with the system's neighbour code)."""
+    from ._potentials import LennardJones
+    from ._system import MDSystem
+
+    try:
+        system, positions = like
+    except (TypeError, ValueError):
+        raise ValueError(f"rdf_histogram: `like` must be a pair (system, positions), got {describe(like)}.") from None
+    if not isinstance(system, MDSystem) or not system.box.periodic:
+        raise ValueError(f"rdf_histogram: `like` must hold an MDSystem in a periodic Box, got "
+                         f"{type(system).__name__}.")
+    if not (isinstance(margin, (int, float)) and not isinstance(margin, bool) and margin >= 1):
+        raise ValueError(f"rdf_histogram: `margin` must be a number >= 1, got {margin!r}.")
+    # A zero LJ potential: only its cutoff matters, as the radius of the list.
+    probe = MDSystem(system.box, LennardJones(epsilon=0.0, sigma=1.0, cutoff=r_max), system.masses,
+                     neighbours=VerletList(skin=0.0))
+    strategy = probe.allocate(jnp.asarray(positions), margin=margin).neighbours
+
+    def histogram(t, state, system):
+        positions = state.positions
+        n = positions.shape[0]
+        lister = MDSystem(system.box, LennardJones(epsilon=0.0, sigma=1.0, cutoff=jnp.asarray(r_max, positions.dtype)),
+                          system.masses, neighbours=strategy)
+        neighbours = lister.build_neighbours(positions)
+        lists = neighbours.neighbour_lists()  # (N, K), every pair in both rows, sentinel N
+        padded = jnp.concatenate([positions, jnp.zeros((1, positions.shape[1]), positions.dtype)])
+        dr = system.box.displacement(positions[:, None, :], padded[lists])
+        r2 = jnp.sum(dr * dr, axis=-1)
+        keep = (lists > jnp.arange(n)[:, None]) & (lists < n) & (r2 < r_max * r_max)  # each pair once
+        counts = _bin_counts(r2, keep, r_max, n_bins, positions.dtype)
+        counts = eqx.error_if(counts, neighbours.overflow != 0,
+                              "rdf_histogram: this configuration needs more neighbour slots than the `like` "
+                              "configuration provided; raise `margin` or pass a denser `like`.")
+        return _check_r_max(counts, r_max, system)
 
     return histogram
 
