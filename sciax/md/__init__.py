@@ -63,3 +63,18 @@ from ._xyz import (
     write_state_xyz as write_state_xyz,
     write_xyz as write_xyz,
 )
+from ._integrators import (
+    Bussi as Bussi,
+    Langevin as Langevin,
+    MDCarry as MDCarry,
+    NoseHooverChain as NoseHooverChain,
+    NoseHooverChainState as NoseHooverChainState,
+    VelocityVerlet as VelocityVerlet,
+)
+from ._regrow import (
+    MDRun as MDRun,
+    Regrowth as Regrowth,
+    overflowed as overflowed,
+    reallocate_carry as reallocate_carry,
+    simulate_md as simulate_md,
+)
