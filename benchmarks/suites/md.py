@@ -279,11 +279,7 @@ def _plan(ctx):
     if ctx.quick:
         return [("float32", 4_000, list(EVERY)),
                 ("float32", 32_000, [SCIAX, NUMPY, TORCH_COMPILE, OPENMM])]
-    plan = []
-    for precision in ("float64", "float32"):
-        for size in wl.SIZES:
-            plan.append((precision, size, list(EVERY)))
-    return plan
+    return [(precision, size, list(EVERY)) for size in wl.SIZES for precision in ("float64", "float32")]
 
 
 def _measure(row: _Row, m: Measurement, ctx):
@@ -386,6 +382,7 @@ def run(ctx) -> SuiteResult:
                     msg = f"DISAGREES with NumPy f64 ({du:.1e} > {AGREEMENT[precision]:.0e})"
                     m.note = f"{m.note}; {msg}" if m.note else msg
             result.measurements.append(m)
+            _save_partial(ctx, result)
         del x, v
 
     _targets(ctx, result)
@@ -397,6 +394,16 @@ def run(ctx) -> SuiteResult:
     ]
     result.notes += _notes(ctx, result, planned_any)
     return result
+
+
+def _save_partial(ctx, result) -> None:
+    """The rows measured so far, as JSON in the results folder (`_build/md/partial.json`): a long
+    run that is interrupted keeps what it measured."""
+    import dataclasses
+    import json
+
+    rows = [dict(dataclasses.asdict(m), throughput=m.throughput) for m in result.measurements]
+    (ctx.scratch("md") / "partial.json").write_text(json.dumps(rows, indent=1, default=str))
 
 
 def _numpy_reference(x, v, box, n_steps, ctx) -> float:
