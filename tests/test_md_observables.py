@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import sciax
 import sciax.md as md
 
 
@@ -99,6 +100,24 @@ def test_pressure_in_free_space_is_refused():
     state = md.MDState(jnp.eye(3) * 1.2, jnp.zeros((3, 3)))
     with pytest.raises(ValueError, match="pressure and stress need a periodic Box"):
         md.pressure(0.0, state, system)
+
+
+def test_observables_inside_simulate(liquid):
+    """Per-frame values in `simulate` equal the functions applied to the saved states."""
+    system, state = liquid
+    reference = system.box.unwrap(state.positions, state.images)
+    observables = {"K": md.kinetic_energy, "T": md.temperature, "U": md.potential_energy, "E": md.total_energy,
+                   "P": md.pressure, "Pab": md.pressure_tensor, "rdf": md.rdf_histogram(2.9, 29),
+                   "msd": md.mean_squared_displacement(reference), "x": md.unwrapped_positions}
+    traj = sciax.simulate(system, state, integrator=md.VelocityVerlet(), dt=0.002, n_steps=20, save_every=10,
+                          observables=observables)
+    direct = eqx.filter_jit(lambda frame, system: {name: fn(0.0, frame, system) for name, fn in observables.items()})
+    for k in range(3):
+        values = direct(jax.tree.map(lambda a, k=k: a[k], traj.states), system)
+        for name in observables:
+            np.testing.assert_allclose(np.asarray(traj.observables[name][k]), np.asarray(values[name]),
+                                       rtol=1e-12, atol=1e-12, err_msg=name)
+    assert float(traj.observables["msd"][0]) == 0.0 and float(traj.observables["msd"][-1]) > 0.0
 
 
 # --- radial distribution function ------------------------------------------------------------------
