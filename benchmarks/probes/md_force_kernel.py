@@ -223,5 +223,63 @@ def main():
     print(f"{'sciax MDSystem.compute':60s} K={k:3d} {1e3 * med:8.2f} ms ({1e3 * lo:.2f}-{1e3 * hi:.2f})")
 
 
+def nve_throughput(n_steps=100):
+    """Atom-steps/s of an in.lj NVE run (velocity Verlet, rebuilds by displacement) in sciax and in
+    the JAX-MD baseline (benchmarks/baselines/md_jaxmd.py), same start, same process."""
+    from benchmarks.baselines.md_jaxmd import JaxMDLJ
+
+    data = np.load(FILE)
+    L = float(data["L"])
+    x0 = jnp.asarray(np.asarray(data["x"]) % L, DTYPE)
+    v0 = jnp.asarray(data["v"], DTYPE)
+    n = len(x0)
+    dt = jnp.asarray(0.005, DTYPE)
+    system = md.MDSystem(md.Box(jnp.asarray(L, DTYPE)), md.LennardJones(cutoff=RC), jnp.ones(n, DTYPE),
+                         neighbours=md.VerletList(skin=SKIN)).allocate(x0)
+
+    def make(system):
+        @jax.jit
+        def run(x, v):
+            nbrs = system.build_neighbours(x)
+            forces = system.compute(x, nbrs).forces
+
+            def body(_, carry):
+                x, v, f, nbrs = carry
+                v = v + 0.5 * dt * f
+                x, _ = system.box.wrap(x + dt * v)
+                nbrs = system.update_neighbours(x, nbrs)
+                f = system.compute(x, nbrs).forces
+                return x, v + 0.5 * dt * f, f, nbrs
+
+            x, v, f, nbrs = jax.lax.fori_loop(0, n_steps, body, (x, v, forces, nbrs))
+            return x, v, system.compute(x, nbrs).energy, nbrs
+        return run
+
+    run = make(system)
+    out = jax.block_until_ready(run(x0, v0))
+    while int(out[3].overflow):  # grow and replay, as the driver does
+        system = system.grow(out[3])
+        run = make(system)
+        out = jax.block_until_ready(run(x0, v0))
+    base = JaxMDLJ(np.asarray(x0), np.asarray(v0), L)
+    base.prepare(n_steps)
+    times = {"sciax": [], "jax-md": []}
+    for _ in range(max(3, REPEATS // 4)):
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(run(x0, v0))
+        times["sciax"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        ref = jax.block_until_ready(base.run(n_steps))
+        times["jax-md"].append(time.perf_counter() - t0)
+    print(f"NVE {n_steps} steps, N={n}, {DTYPE.name}: sciax builds={int(out[3].n_builds)} "
+          f"E/N={float(out[2]) / n:.6f}; jax-md builds={int(ref[4])} E/N={float(ref[2]) / n:.6f}")
+    for name, ts in times.items():
+        med = np.median(ts)
+        print(f"  {name:8s} {med:7.3f} s  ({min(ts):.3f}-{max(ts):.3f})  {n * n_steps / med / 1e6:6.3f} M atom-steps/s")
+
+
 if __name__ == "__main__":
-    main()
+    if os.environ.get("NVE"):
+        nve_throughput(int(os.environ["NVE"]))
+    else:
+        main()

@@ -147,7 +147,8 @@ class MDSystem(AbstractHamiltonian):
             m = np.asarray(self.masses)
             if not np.all(np.isfinite(m) & (m > 0)):
                 bad = int(np.argmax(~(np.isfinite(m) & (m > 0))))
-                raise ValueError(f"{name}: `masses` must be positive and finite, got {float(m[bad])!r} for particle {bad}.")
+                raise ValueError(f"{name}: `masses` must be positive and finite, got {float(m[bad])!r} for "
+                                 f"particle {bad}.")
         n = self.n_particles
         if self.species is not None:
             if jnp.shape(self.species) != (n,) or not jnp.issubdtype(self.species.dtype, jnp.integer):
