@@ -63,6 +63,9 @@ from ._xyz import (
     write_state_xyz as write_state_xyz,
     write_xyz as write_xyz,
 )
+
+# isort: split
+# Dynamics: integrators, thermostats and the overflow-replaying driver.
 from ._integrators import (
     Bussi as Bussi,
     Langevin as Langevin,
