@@ -129,6 +129,15 @@ def test_random_positions_in_a_given_box(key):
     assert pair_distances(x, np.array([6.0, 4.0, 5.0]))[0].min() >= 1.0 - 1e-6
 
 
+def test_random_positions_2d(key):
+    box = md.Box(jnp.array([12.0, 9.0]))
+    positions, _ = md.random_positions(60, box=box, min_distance=1.0, key=key)
+    assert positions.shape == (60, 2)
+    assert pair_distances(positions, np.array([12.0, 9.0]))[0].min() >= 1.0
+    with pytest.raises(ValueError, match="impossible: denser than close packing"):  # φ = 0.93 > π/√12 in 2-D
+        md.random_positions(130, box=box, min_distance=1.0, key=key)
+
+
 def test_random_positions_bad_input(key):
     with pytest.raises(ValueError, match=r"packing fraction φ = 0\.78.*impossible: denser than close packing"):
         md.random_positions(100, density=1.5, min_distance=1.0, key=key)
