@@ -83,11 +83,21 @@ class JaxMDLJ:
         self.n_reallocations = 0
         self._compiled = {}
 
-    def step0(self):
-        """(potential energy, forces, virial trace) at the start state."""
-        nbrs = self.neighbor_fn.allocate(self.x0)
-        e, f = jax.jit(lambda x, nbrs: (self.energy_fn(x, neighbor=nbrs),
-                                        quantity.force(self.energy_fn)(x, neighbor=nbrs)))(self.x0, nbrs)
+    def step0(self, positions=None):
+        """(potential energy, forces, None) at the start state, or at `positions` ((N, 3), the
+        start's dtype; the list allocated for the start is updated for them, one compilation)."""
+        if not hasattr(self, "_energy_forces"):
+            def energy_forces(x, nbrs):
+                nbrs = nbrs.update(x)
+                return (self.energy_fn(x, neighbor=nbrs), quantity.force(self.energy_fn)(x, neighbor=nbrs),
+                        nbrs.did_buffer_overflow)
+
+            self._energy_forces = jax.jit(energy_forces)
+        x = self.x0 if positions is None else jax.device_put(
+            jnp.asarray(wl.wrap(np.asarray(positions), self.box), self.x0.dtype), self.device)
+        e, f, overflow = self._energy_forces(x, self.nbrs)
+        if bool(overflow):
+            raise RuntimeError("JAX-MD neighbour list overflowed for these positions")
         return float(e), np.asarray(f), None
 
     def _program(self, n_steps: int):

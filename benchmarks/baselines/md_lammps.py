@@ -84,8 +84,10 @@ thermo 0
 """)
         self.n_builds = None
 
-    def _reset(self):
-        self.lmp.scatter_atoms("x", 1, 3, np.ctypeslib.as_ctypes(self.x0))
+    def _reset(self, positions=None):
+        x = self.x0 if positions is None else np.ascontiguousarray(
+            wl.wrap(np.asarray(positions, np.float64), self.box).ravel())
+        self.lmp.scatter_atoms("x", 1, 3, np.ctypeslib.as_ctypes(x))
         self.lmp.scatter_atoms("v", 1, 3, np.ctypeslib.as_ctypes(self.v0))
         self.lmp.command("set group all image 0 0 0")
 
@@ -94,9 +96,10 @@ thermo 0
         return np.ctypeslib.as_array(ctypes.cast(data, ctypes.POINTER(ctypes.c_double)),
                                      shape=(self.n, 3)).copy()
 
-    def step0(self):
-        """(potential energy, forces, virial trace) at the start state."""
-        self._reset()
+    def step0(self, positions=None):
+        """(potential energy, forces, virial trace) at the start state, or at `positions`
+        ((N, 3) float64)."""
+        self._reset(positions)
         self.lmp.command("run 0")
         e = self.lmp.get_thermo("pe")
         press = self.lmp.get_thermo("press")

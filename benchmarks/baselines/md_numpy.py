@@ -83,9 +83,10 @@ class NumpyLJ:
         self.n_builds += 1
         return x, x.copy(), build_pairs(x, self.box, self.cutoff + self.skin)
 
-    def step0(self):
-        """(potential energy, forces, virial trace) of the start state."""
-        x, _, pairs = self._build(self.x0)
+    def step0(self, positions=None):
+        """(potential energy, forces, virial trace) of the start state, or of `positions`
+        ((N, 3), the start's dtype) with a list built for them."""
+        x, _, pairs = self._build(self.x0 if positions is None else np.asarray(positions, self.x0.dtype))
         return lj_forces(x, pairs, self.box, self.cutoff)
 
     def run(self, n_steps: int):

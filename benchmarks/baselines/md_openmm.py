@@ -73,16 +73,17 @@ class OpenMMLJ:
                                       properties)
         self._unit = unit
 
-    def _reset(self):
-        self.context.setPositions(self.x0)
+    def _reset(self, positions=None):
+        self.context.setPositions(self.x0 if positions is None else
+                                  wl.wrap(np.asarray(positions, np.float64), self.box))
         self.context.setVelocities(self.v0)
 
     def _state(self, **kw):
         return self.context.getState(**kw)
 
-    def step0(self):
-        """(potential energy, forces, None) at the start state."""
-        self._reset()
+    def step0(self, positions=None):
+        """(potential energy, forces, None) at the start state, or at `positions` ((N, 3))."""
+        self._reset(positions)
         s = self._state(getEnergy=True, getForces=True)
         e = s.getPotentialEnergy().value_in_unit(self._unit.kilojoule_per_mole)
         f = s.getForces(asNumpy=True).value_in_unit(self._unit.kilojoule_per_mole / self._unit.nanometer)

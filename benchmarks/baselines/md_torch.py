@@ -109,9 +109,10 @@ class TorchLJ:
         x = torch.from_numpy(xw)
         return x, x.clone(), torch.from_numpy(padded[:, 0].copy()), torch.from_numpy(padded[:, 1].copy())
 
-    def step0(self):
-        """(potential energy, forces, virial trace) of the start state (eager)."""
-        x, _, i, j = self._build(self.x0)
+    def step0(self, positions=None):
+        """(potential energy, forces, virial trace) of the start state, or of `positions`
+        ((N, 3) NumPy, the start's dtype) with a list built for them (eager)."""
+        x, _, i, j = self._build(self.x0 if positions is None else torch.as_tensor(np.asarray(positions, self.dtype)))
         e, f, w = lj_forces(x, i, j, self.box, self.cutoff)
         return float(e), f.numpy(), float(w)
 
