@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cores = configure_threads(args.threads, args.cpus, args.device)
 
-    # sciax sets its XLA CPU options (512-bit vectors on AVX-512; see sciax/_xla_flags.py) when
+    # sciax sets its XLA CPU options (512-bit vectors on AVX-512; see sciax/_compile/cpu_vector_width.py) when
     # imported, before any backend starts: import it first, so that every JAX-based row (sciax,
     # the hand-written lax.scan, Diffrax) runs with the same compiler settings.
     import sciax  # noqa: F401, E402

@@ -5,18 +5,23 @@ Systems (`sciax.systems`) are Equinox modules; integrators (`sciax.integrators`)
 `Trajectory`; `sweep` runs ensembles; `fit` fits parameters to data with uncertainties.
 """
 
-from ._xla_flags import apply_cpu_tuning as _apply_cpu_tuning
+from ._compile.cpu_vector_width import apply_cpu_tuning as _apply_cpu_tuning
 
-_apply_cpu_tuning()  # before anything below starts JAX's backend; see sciax/_xla_flags.py
+_apply_cpu_tuning()  # before anything below starts JAX's backend; see sciax/_compile/cpu_vector_width.py
 
-from . import ensemble as ensemble, integrators as integrators, parallel as parallel, systems as systems
+import sys as _sys
+
+from . import ensemble as ensemble, integrators as integrators, systems as systems
+from .ensemble import _devices as parallel
+
+_sys.modules[__name__ + ".parallel"] = parallel  # `sciax.parallel` as released: the ensemble package's devices
 from ._adjoint import (
     AbstractAdjoint as AbstractAdjoint,
     CheckpointAdjoint as CheckpointAdjoint,
     DirectAdjoint as DirectAdjoint,
     ReversibleAdjoint as ReversibleAdjoint,
 )
-from ._compilation_cache import enable_compilation_cache as enable_compilation_cache
+from ._compile.compilation_cache import enable_compilation_cache as enable_compilation_cache
 from ._equilibrium import Equilibrium as Equilibrium, equilibrium as equilibrium
 from ._errors import NonFiniteStateError as NonFiniteStateError, StateMismatchError as StateMismatchError
 from ._fit import (
@@ -31,10 +36,10 @@ from ._fit import (
     fit as fit,
     plot_fit as plot_fit,
 )
+from ._phase_space import PhaseSpace as PhaseSpace
 from ._rollout import AbstractRollout as AbstractRollout, Simulate as Simulate, Solve as Solve
 from ._simulate import simulate as simulate
 from ._solve import solve as solve
-from ._state import PhaseSpace as PhaseSpace
 from ._trajectory import Trajectory as Trajectory
 from ._validation import astype as astype
 from ._version import __version__ as __version__

@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
-from ._collector import with_fewer_collections
+from ._compile.gc_threshold import with_fewer_collections
 from ._errors import StateMismatchError
-from ._solvers import BFGS
+from ._optimistix_solvers import BFGS
 from ._validation import (
     check_finite_state,
     check_precision,
@@ -137,7 +137,7 @@ def _find_equilibrium(system, positions0, force, held, rtol, atol, max_steps, th
     # the implicit function theorem at that root (ImplicitAdjoint); the BFGS start does not need
     # any, since the root does not depend on where Newton started. (`BFGS` also stops on a rejected
     # step within tolerance whose predicted energy change is round-off, where Optimistix's would
-    # go on shrinking it: `_solvers.py`.)
+    # go on shrinking it: `_optimistix_solvers.py`.)
     start = optx.minimise(_total_energy, BFGS(rtol=rtol, atol=atol), jax.lax.stop_gradient(positions0),
                           args=jax.lax.stop_gradient(args), max_steps=max_steps, throw=throw)
     stationary = jax.grad(_total_energy)

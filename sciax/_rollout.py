@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._adjoint import AbstractAdjoint, CheckpointAdjoint, ReversibleAdjoint
-from ._callable_key import by_code
+from ._compile.callable_key import by_code
 from ._simulate import simulate
 from ._solve import DEFAULT_ATOL, DEFAULT_RTOL, solve
 from ._validation import describe, positive_int, real_scalar, to_device

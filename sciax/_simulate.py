@@ -14,11 +14,11 @@ import numpy as np
 from jax import lax
 
 from ._adjoint import AbstractAdjoint, CheckpointAdjoint, ReversibleAdjoint
-from ._callable_key import by_code
-from ._collector import with_fewer_collections
+from ._compile.async_dispatch import async_filter_jit
+from ._compile.callable_key import by_code
+from ._compile.cpu_fusion import fuse_cotangents, fuse_values
+from ._compile.gc_threshold import with_fewer_collections
 from ._errors import NonFiniteStateError
-from ._fusion import fuse_cotangents, fuse_values
-from ._jit import async_filter_jit
 from ._trajectory import Trajectory
 from ._validation import (
     check_derivative,

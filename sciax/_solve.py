@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from ._callable_key import by_code
-from ._collector import with_fewer_collections
-from ._forward_only import forward_only
+from ._adjoint import forward_only
+from ._compile.callable_key import by_code
+from ._compile.gc_threshold import with_fewer_collections
 from ._trajectory import Trajectory
 from ._validation import (
     check_derivative,

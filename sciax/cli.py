@@ -80,7 +80,7 @@ def _run_scenario(args) -> int:
 
     # JAX_ENABLE_COMPILATION_CACHE=false (JAX's own switch) counts as --no-compilation-cache.
     if not args.no_compilation_cache and jax.config.jax_enable_compilation_cache:
-        from ._compilation_cache import enable_compilation_cache
+        from ._compile.compilation_cache import enable_compilation_cache
 
         try:
             enable_compilation_cache()

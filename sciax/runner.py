@@ -48,8 +48,8 @@ import jax.tree_util as jtu
 import numpy as np
 
 from . import io as sio
+from ._compile.async_dispatch import equinox_errors
 from ._errors import NonFiniteStateError
-from ._jit import equinox_errors
 from ._simulate import simulate, time_resolution_problem
 from ._version import __version__
 from .scenario import MAX_AUTO_STATE_COLUMNS, Built, Scenario, ScenarioError

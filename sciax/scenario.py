@@ -500,7 +500,7 @@ class Scenario:
     def _initial_state(self, system, dtype):
         import jax.numpy as jnp
 
-        from ._state import PhaseSpace
+        from ._phase_space import PhaseSpace
 
         spec = self.initial_state
         name = type(system).__name__

@@ -2,7 +2,7 @@
 
 Usage: python _distributed_worker.py OUT.npz
 Environment: SCIAX_COORDINATOR, SCIAX_NUM_PROCESSES, SCIAX_PROCESS_ID (read by
-`sciax.parallel.initialize_distributed`), XLA_FLAGS for the number of local CPU devices.
+`sciax.ensemble.initialize_distributed`), XLA_FLAGS for the number of local CPU devices.
 
 Every process runs the same sweep (each computes its share of the members); each writes the
 gathered result and the members it computed itself, so the test can check that the shares do
@@ -18,7 +18,7 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 
 import sciax  # noqa: E402
-from sciax.parallel import initialize_distributed  # noqa: E402
+from sciax.ensemble import initialize_distributed  # noqa: E402
 
 
 def z_frames(traj):
@@ -71,12 +71,12 @@ def main(path):
         foreign_devices_error = str(e)
     # The gather in rounds of a few bytes (instead of 64 MiB): the same ensemble, and a direct
     # gather of odd-sized leaves (a 0-d array, bools, a size that is not a multiple of the round).
-    from sciax import parallel
+    from sciax.ensemble import _devices
 
-    parallel.ALLGATHER_PIECE_BYTES = 40
+    _devices.ALLGATHER_PIECE_BYTES = 40
     pieces = case()
     me = jax.process_index()
-    direct = parallel.allgather({"x": np.arange(37, dtype=np.float32).reshape(37, 1) + 100 * me,
+    direct = _devices.allgather({"x": np.arange(37, dtype=np.float32).reshape(37, 1) + 100 * me,
                                  "flag": np.arange(11) % (2 + me) == 0, "scalar": np.float64(me) / 3,
                                  "empty": np.zeros((0, 3)), "big": np.array([2**62 + 1 + me], np.int64)})
     np.savez(

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import sciax
-from sciax._jit import async_filter_jit
+from sciax._compile.async_dispatch import async_filter_jit
 from sciax.integrators import RK4
 from sciax.systems import Lorenz
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import sciax
-from sciax._callable_key import by_code
+from sciax._compile.callable_key import by_code
 from sciax.integrators import RK4
 from sciax.systems import DampedDrivenOscillator, Lorenz
 

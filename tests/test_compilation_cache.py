@@ -56,7 +56,7 @@ def test_it_switches_jax_s_cache_on_when_the_environment_had_it_off(tmp_path):
 
 
 def test_default_directory_follows_environment(monkeypatch, tmp_path):
-    from sciax._compilation_cache import default_cache_directory
+    from sciax._compile.compilation_cache import default_cache_directory
 
     monkeypatch.setenv("SCIAX_CACHE_DIR", str(tmp_path / "a"))
     assert default_cache_directory() == tmp_path / "a"

@@ -1,4 +1,4 @@
-"""`sciax._fusion`: the hints are the identity on values and derivatives, and on CPU they do
+"""`sciax._compile.cpu_fusion`: the hints are the identity on values and derivatives, and on CPU they do
 make XLA compute same-shape arrays in one loop."""
 
 import re
@@ -10,7 +10,7 @@ import pytest
 
 import sciax
 import sciax._simulate as simulate_module
-from sciax._fusion import fuse_cotangents, fuse_values
+from sciax._compile.cpu_fusion import fuse_cotangents, fuse_values
 from sciax.integrators import RK4, Tsit5
 from sciax.systems import Lorenz
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from sciax import _xla_flags
+from sciax._compile import cpu_vector_width as _xla_flags
 
 
 def test_flag_appended_respected_and_opt_out(monkeypatch):

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sciax import parallel
+from sciax.ensemble import _devices
 
 HERE = Path(__file__).parent
 TIMEOUT = 240  # seconds for the whole two-process run
@@ -111,7 +111,19 @@ def clean_env(monkeypatch):
 
 
 def test_single_process_without_settings(clean_env):
-    assert parallel.initialize_distributed() is False
+    assert _devices.initialize_distributed() is False
+
+
+def test_released_names_still_import():
+    """`sciax.parallel` (0.1.0's module) is the ensemble package's devices module under its old
+    name, and `initialize_distributed` is public in `sciax.ensemble`."""
+    import sciax.parallel
+    from sciax.parallel import initialize_distributed, member_mesh
+
+    import sciax
+
+    assert sciax.parallel is _devices and sciax.ensemble.initialize_distributed is initialize_distributed
+    assert initialize_distributed is _devices.initialize_distributed and member_mesh is _devices.member_mesh
 
 
 def test_slurm_batch_script_outside_srun_is_single_process(clean_env):
@@ -121,33 +133,33 @@ def test_slurm_batch_script_outside_srun_is_single_process(clean_env):
     for name, value in dict(SLURM_JOB_ID="200505", SLURM_NTASKS="4", SLURM_PROCID="0",
                             SLURM_NODELIST="gnode[10,20,25,37]").items():
         clean_env.setenv(name, value)
-    assert parallel.initialize_distributed() is False
-    assert not parallel._in_slurm_step()
+    assert _devices.initialize_distributed() is False
+    assert not _devices._in_slurm_step()
     clean_env.setenv("SLURM_STEP_NODELIST", "gnode[10,20,25,37]")
     clean_env.setenv("SLURM_STEP_NUM_TASKS", "4")
-    assert parallel._in_slurm_step()  # inside srun: JAX's SLURM detection takes over
+    assert _devices._in_slurm_step()  # inside srun: JAX's SLURM detection takes over
     clean_env.setenv("SLURM_STEP_NUM_TASKS", "1")
-    assert not parallel._in_slurm_step()
+    assert not _devices._in_slurm_step()
 
 
 def test_partial_settings_name_what_is_missing(clean_env):
     clean_env.setenv("SCIAX_COORDINATOR", "127.0.0.1:1234")
     with pytest.raises(ValueError, match=r"missing \['SCIAX_NUM_PROCESSES', 'SCIAX_PROCESS_ID'\]"):
-        parallel.initialize_distributed()
+        _devices.initialize_distributed()
 
 
 def test_bad_settings(clean_env):
     clean_env.setenv("SCIAX_NUM_PROCESSES", "two")
     with pytest.raises(ValueError, match="SCIAX_NUM_PROCESSES must be an integer, got 'two'"):
-        parallel.initialize_distributed()
+        _devices.initialize_distributed()
     with pytest.raises(ValueError, match="0 <= process_id < num_processes, got num_processes=2, process_id=2"):
-        parallel.initialize_distributed("127.0.0.1:1234", 2, 2)
+        _devices.initialize_distributed("127.0.0.1:1234", 2, 2)
 
 
 def test_process_shares_cover_members_once():
     for n_members in (1, 7, 15, 100):
         for n_proc in (1, 2, 3, 8):
-            ranges = [parallel.process_share(n_members, p, n_proc) for p in range(n_proc)]
+            ranges = [_devices.process_share(n_members, p, n_proc) for p in range(n_proc)]
             members = np.concatenate([np.arange(a, b) for a, b in ranges])
             assert np.array_equal(members, np.arange(n_members))
             assert max(b - a for a, b in ranges) - min(b - a for a, b in ranges) <= 1

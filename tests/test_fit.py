@@ -272,7 +272,7 @@ def test_auto_compilation_rule(monkeypatch):
     count is made once per problem structure."""
     import equinox as eqx
 
-    from sciax._cost import operation_count
+    from sciax._compile.operation_count import operation_count
     from sciax._fit import _optimise
 
     compilation, problem, states, solver, mode = _chosen(lambda: fit_oscillator(CLEAN))

@@ -1,4 +1,4 @@
-"""sciax's jitted entry points run with fewer cyclic garbage collections (sciax/_collector.py):
+"""sciax's jitted entry points run with fewer cyclic garbage collections (sciax/_compile/gc_threshold.py):
 the young generation's threshold is raised while they trace and compile, and put back after."""
 
 import contextlib
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import sciax
-from sciax._collector import TRACING_THRESHOLD, fewer_collections
+from sciax._compile.gc_threshold import TRACING_THRESHOLD, fewer_collections
 from sciax.integrators import RK4
 from sciax.systems import AbstractHamiltonian, AbstractODE
 

@@ -1,4 +1,4 @@
-"""`sciax._cost.operation_count`: the arithmetic of a jaxpr, counted before compiling."""
+"""`sciax._compile.operation_count.operation_count`: the arithmetic of a jaxpr, counted before compiling."""
 
 import math
 
@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from sciax._cost import operation_count
+from sciax._compile.operation_count import operation_count
 
 
 def count(fn, *args):

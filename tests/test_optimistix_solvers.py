@@ -9,7 +9,7 @@ import numpy as np
 import optimistix as optx
 import pytest
 
-from sciax import _solvers
+from sciax import _optimistix_solvers as _solvers
 from sciax._fit._optimise import choose_solver
 
 # float64 throughout: the suite enables x64 (conftest.py).

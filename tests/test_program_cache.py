@@ -1,4 +1,4 @@
-"""Traced programs kept on disk (`sciax._program_cache`): a fit in a fresh process with a warm
+"""Traced programs kept on disk (`sciax._compile.program_cache`): a fit in a fresh process with a warm
 cache skips tracing, computes the same numbers, and a key changes with everything the program
 computes; what cannot be keyed, read or written falls back to the ordinary path."""
 
@@ -15,9 +15,9 @@ import numpy as np
 import optimistix as optx
 import pytest
 
-from sciax import _program_cache
+from sciax._compile import program_cache as _program_cache
+from sciax._compile.program_cache import ProgramCache
 from sciax._fit import _optimise
-from sciax._program_cache import ProgramCache
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -121,7 +121,7 @@ def test_the_key_follows_what_the_program_computes():
 KEY_CHILD = textwrap.dedent("""
     import pathlib, sys
     import jax.numpy as jnp
-    from sciax._program_cache import ProgramCache
+    from sciax._compile.program_cache import ProgramCache
     if sys.argv[1] == "edit":
         read = pathlib.Path.read_bytes
         pathlib.Path.read_bytes = lambda self: read(self) + (b"# edited" if self.suffix == ".py" else b"")
@@ -244,7 +244,7 @@ def test_a_damaged_entry_is_not_run(program_directory):
 
 
 def test_a_kept_program_that_fails_leaves_the_ordinary_path(program_directory, monkeypatch, caplog):
-    from sciax._program_cache import Kept
+    from sciax._compile.program_cache import Kept
 
     run = _small_fit
     expected = run().optimum

@@ -139,7 +139,8 @@ def test_implicit_solver_sweep_on_four_devices_equals_one():
 def test_no_cross_device_communication_while_stepping():
     """Without reductions the sharded chunk has no collective at all; with them, one per chunk
     for the partial statistics, outside the time-stepping loops."""
-    from sciax.ensemble._sweep import _chunk_runner, _plan
+    from sciax.ensemble._execute import _chunk_runner
+    from sciax.ensemble._sweep import _plan
 
     def hlo(reduce):
         plan = _plan(Lorenz(), Y0, AXES, mode="grid", rollout=sciax.Simulate(**KW), run=None, output=None,

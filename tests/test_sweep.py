@@ -206,24 +206,24 @@ def test_chunked_equals_unchunked(integrator, dtype):
 def test_cache_blocks_on_cpu_and_one_vmap_on_accelerators_give_the_same_members(monkeypatch):
     """On CPU a chunk runs in cache-sized blocks one after another; on a GPU/TPU as one vmap
     (blocks in sequence would leave the accelerator idle). Both give the same members."""
-    from sciax.ensemble import _sweep
+    from sciax.ensemble import _chunking, _sweep
 
-    assert _sweep._cache_block("cpu") == _sweep._CACHE_BLOCK
-    assert _sweep._cache_block("gpu") is None and _sweep._cache_block("tpu") is None
+    assert _chunking._cache_block("cpu") == _chunking._CACHE_BLOCK
+    assert _chunking._cache_block("gpu") is None and _chunking._cache_block("tpu") is None
     # A long saved trajectory per member is not blocked (its transpose after each block costs more).
-    limit = _sweep._CACHE_BLOCK_MAX_OUTPUT_BYTES
-    assert _sweep._cache_block("cpu", limit - 1) == _sweep._CACHE_BLOCK
-    assert _sweep._cache_block("cpu", limit) is None
-    assert _sweep._cache_block("cpu", limit, threads=4) is None and _sweep._cache_block("gpu", 0, 4) is None
+    limit = _chunking._CACHE_BLOCK_MAX_OUTPUT_BYTES
+    assert _chunking._cache_block("cpu", limit - 1) == _chunking._CACHE_BLOCK
+    assert _chunking._cache_block("cpu", limit) is None
+    assert _chunking._cache_block("cpu", limit, threads=4) is None and _chunking._cache_block("gpu", 0, 4) is None
     every_step = _sweep._plan(Lorenz(), Y0, {"rho": RHO}, mode="grid", rollout=sciax.Simulate(**dict(KW, save_every=1)),
                               run=None, output=None, reduce=None, reduce_over=None, keep=None,
                               key=None, batch_size=None, memory_budget=None, devices=1, check_finite=True,
                               order=None, gather=True)
     assert every_step.config.cache_block is None  # 61 float64 frames of 3 components per member
     whole = lorenz_grid(devices=1)
-    monkeypatch.setattr(_sweep, "_cache_block", lambda *a: 8)  # 15 members (16 with padding): two blocks
+    monkeypatch.setattr(_chunking, "_cache_block", lambda *a: 8)  # 15 members (16 with padding): two blocks
     blocked = lorenz_grid(devices=1)
-    monkeypatch.setattr(_sweep, "_cache_block", lambda *a: None)  # what an accelerator runs
+    monkeypatch.setattr(_chunking, "_cache_block", lambda *a: None)  # what an accelerator runs
     one_vmap = lorenz_grid(devices=1)
     for other in (blocked, one_vmap):
         np.testing.assert_array_equal(other.outputs, whole.outputs)
@@ -234,11 +234,11 @@ def test_cache_blocks_grow_with_the_threads_of_each_cpu_device(monkeypatch):
     """XLA:CPU splits each kernel over its threads, which does not pay for a block of 8,192
     members: with several cores per device a block holds `_CACHE_BLOCK_PER_THREAD` members per
     thread; the cores this process may use (its affinity) are shared by the mesh's devices."""
-    from sciax.ensemble import _sweep
+    from sciax.ensemble import _chunking, _sweep
 
-    assert _sweep._cache_block("cpu", 0, threads=1) == _sweep._CACHE_BLOCK == 8192
-    assert _sweep._cache_block("cpu", 0, threads=2) == 2 * _sweep._CACHE_BLOCK_PER_THREAD
-    assert _sweep._cache_block("cpu", 0, threads=8) == 8 * _sweep._CACHE_BLOCK_PER_THREAD
+    assert _chunking._cache_block("cpu", 0, threads=1) == _chunking._CACHE_BLOCK == 8192
+    assert _chunking._cache_block("cpu", 0, threads=2) == 2 * _chunking._CACHE_BLOCK_PER_THREAD
+    assert _chunking._cache_block("cpu", 0, threads=8) == 8 * _chunking._CACHE_BLOCK_PER_THREAD
 
     def plan(devices):
         return _sweep._plan(Lorenz(), Y0, {"rho": RHO}, mode="grid", rollout=sciax.Simulate(**KW),
@@ -246,43 +246,43 @@ def test_cache_blocks_grow_with_the_threads_of_each_cpu_device(monkeypatch):
                             batch_size=None, memory_budget=None, devices=devices, check_finite=True, order=None,
                             gather=True)
 
-    monkeypatch.setattr(_sweep, "_cgroup_cpu_quota", lambda: None)
+    monkeypatch.setattr(_chunking, "_cgroup_cpu_quota", lambda: None)
     monkeypatch.delenv("XLA_FLAGS", raising=False)  # read when the threads are counted, not at import
     cases = [(1, 1, 1), (2, 1, 2), (8, 4, 2), (4, 4, 1), (6, 4, 1), (2, 4, 1)]  # cores, devices, threads
     for cores, devices, threads in cases:
-        monkeypatch.setattr(_sweep.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)), raising=False)
-        assert _sweep._cpu_threads_per_device(devices) == threads
-        assert plan(devices).config.cache_block == (_sweep._CACHE_BLOCK if threads == 1
-                                                    else threads * _sweep._CACHE_BLOCK_PER_THREAD)
-    monkeypatch.setattr(_sweep, "_cgroup_cpu_quota", lambda: 3)  # docker --cpus=2.5 on an 8-core host
-    monkeypatch.setattr(_sweep.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
-    assert _sweep._cpu_threads_per_device(1) == 3
+        monkeypatch.setattr(_chunking.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)), raising=False)
+        assert _chunking._cpu_threads_per_device(devices) == threads
+        assert plan(devices).config.cache_block == (_chunking._CACHE_BLOCK if threads == 1
+                                                    else threads * _chunking._CACHE_BLOCK_PER_THREAD)
+    monkeypatch.setattr(_chunking, "_cgroup_cpu_quota", lambda: 3)  # docker --cpus=2.5 on an 8-core host
+    monkeypatch.setattr(_chunking.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    assert _chunking._cpu_threads_per_device(1) == 3
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")  # XLA on one thread
-    assert _sweep._cpu_threads_per_device(1) == 1
+    assert _chunking._cpu_threads_per_device(1) == 1
     monkeypatch.delenv("XLA_FLAGS")
-    monkeypatch.setattr(_sweep, "_cgroup_cpu_quota", lambda: None)
-    monkeypatch.delattr(_sweep.os, "sched_getaffinity", raising=False)  # not Linux: all cores
-    monkeypatch.setattr(_sweep.os, "cpu_count", lambda: 4)
-    assert _sweep._cpu_threads_per_device(2) == 2
+    monkeypatch.setattr(_chunking, "_cgroup_cpu_quota", lambda: None)
+    monkeypatch.delattr(_chunking.os, "sched_getaffinity", raising=False)  # not Linux: all cores
+    monkeypatch.setattr(_chunking.os, "cpu_count", lambda: 4)
+    assert _chunking._cpu_threads_per_device(2) == 2
 
 
 def test_cgroup_cpu_quota(tmp_path, monkeypatch):
-    from sciax.ensemble import _sweep
+    from sciax.ensemble import _chunking
 
     path = tmp_path / "cpu.max"
-    monkeypatch.setattr(_sweep, "_CGROUP_CPU_MAX", str(path))
-    assert _sweep._cgroup_cpu_quota() is None  # no file: no cgroup v2 limit
+    monkeypatch.setattr(_chunking, "_CGROUP_CPU_MAX", str(path))
+    assert _chunking._cgroup_cpu_quota() is None  # no file: no cgroup v2 limit
     for text, cores in (("250000 100000\n", 3), ("100000 100000\n", 1), ("50000 100000\n", 1),
                         ("max 100000\n", None), ("garbage\n", None)):
         path.write_text(text)
-        assert _sweep._cgroup_cpu_quota() == cores
+        assert _chunking._cgroup_cpu_quota() == cores
 
 
 def test_on_an_accelerator_the_memory_check_always_runs_and_chunks_are_one_vmap(monkeypatch):
     """What a GPU/TPU run does differently, exercised on CPU by naming the platform "gpu":
     no cache blocks, XLA's memory analysis checked even when the estimate is far below the
     budget (device memory is scarce and running out is fatal), same members."""
-    from sciax.ensemble import _sweep
+    from sciax.ensemble import _chunking, _sweep
 
     def plan():
         return _sweep._plan(Lorenz(), Y0, {"rho": RHO, "state0[0]": X0}, mode="grid", rollout=sciax.Simulate(**KW),
@@ -293,7 +293,7 @@ def test_on_an_accelerator_the_memory_check_always_runs_and_chunks_are_one_vmap(
     assert plan().config.cache_block is not None
     on_cpu = lorenz_grid(devices=1)
     assert on_cpu.info["chunk_bytes"] is None  # estimate far below the default budget: no check
-    monkeypatch.setattr(_sweep, "_platform", lambda mesh: "gpu")
+    monkeypatch.setattr(_chunking, "_platform", lambda mesh: "gpu")
     assert plan().config.cache_block is None
     as_gpu = lorenz_grid(devices=1)
     assert as_gpu.info["chunk_bytes"] is not None
@@ -305,15 +305,15 @@ def test_on_an_accelerator_the_memory_check_always_runs_and_chunks_are_one_vmap(
 def test_default_memory_budget_caps_a_batch_size_and_cost_buckets(monkeypatch, chunking):
     """A batch size (the user's, or the buckets order='cost' picks) used to switch the default
     budget off, and with it the memory check that an accelerator always runs."""
-    from sciax.ensemble import _sweep
+    from sciax.ensemble import _chunking
 
-    monkeypatch.setattr(_sweep, "_platform", lambda mesh: "gpu")
+    monkeypatch.setattr(_chunking, "_platform", lambda mesh: "gpu")
     mu = jnp.linspace(1.0, 5.0, 64)
     kw = dict(t0=0.0, t1=1.0, save_at=jnp.linspace(0.0, 1.0, 20), rtol=1e-5, atol=1e-5)
     free = sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": mu}, rollout=sciax.Solve(**kw), devices=1,
                        **chunking)
     budget = 20 * free.info["member_bytes"]  # a nearly full device: 16 members fit
-    monkeypatch.setattr(_sweep, "_default_budget", lambda mesh: budget)
+    monkeypatch.setattr(_chunking, "_default_budget", lambda mesh: budget)
     res = sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": mu}, rollout=sciax.Solve(**kw), devices=1,
                       **chunking)
     assert res.info["memory_budget"] == budget and res.info["batch_size"] == 16
@@ -754,7 +754,7 @@ def test_cost_order_cuts_the_lane_steps_of_an_adaptive_ensemble():
     mu in [1, 60]: buckets of 32 in the pilot's order need far fewer lane-steps than in index
     order, counted from each member's true step count (no timing). A pilot that ranked
     nothing (a constant estimate) would leave the index order."""
-    from sciax.ensemble._sweep import COST_BUCKET, _cost_order
+    from sciax.ensemble._ordering import COST_BUCKET, _cost_order
 
     mus = np.random.default_rng(0).permutation(np.geomspace(1.0, 60.0, 128))
     kw = dict(t0=0.0, t1=20.0, solver="tsit5", rtol=1e-5, atol=1e-7, max_steps=4000)
@@ -775,7 +775,7 @@ def test_cost_order_cuts_the_lane_steps_of_an_adaptive_ensemble():
 def test_cost_buckets_are_small_on_cpu_and_fill_an_accelerator():
     """Buckets run in sequence: 32 members per CPU device, but on a GPU/TPU an eighth of the
     device's members (at least 16,384), so that one bucket can fill it."""
-    from sciax.ensemble._sweep import _cost_bucket
+    from sciax.ensemble._ordering import _cost_bucket
 
     assert _cost_bucket(10**6, "cpu") == 32 and _cost_bucket(10, "cpu") == 32
     assert _cost_bucket(10**6, "gpu") == 125_000 and _cost_bucket(8 * 10**6 + 1, "tpu") == 10**6 + 1
@@ -824,9 +824,9 @@ class TestBadInput:
 
     def test_bad_batch_size_with_cost_order_is_refused_before_the_pilot(self, monkeypatch):
         """The pilot solved every member first, then the bad batch_size was refused."""
-        from sciax.ensemble import _sweep
+        from sciax.ensemble import _ordering
 
-        monkeypatch.setattr(_sweep, "_cost_order", lambda *a, **k: pytest.fail("the pilot ran"))
+        monkeypatch.setattr(_ordering, "_cost_order", lambda *a, **k: pytest.fail("the pilot ran"))
         with pytest.raises(ValueError, match="`batch_size` must be a positive number of members per chunk, got 0"):
             sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": jnp.array([1.0, 2.0])},
                         rollout=sciax.Solve(t0=0.0, t1=1.0), order="cost", batch_size=0)
@@ -1033,19 +1033,19 @@ def test_chunk_compile_options_keep_the_users_disabled_passes(monkeypatch):
     XLA's defaults."""
     from jax.sharding import Mesh
 
-    from sciax.ensemble import _sweep
+    from sciax.ensemble import _chunking, _execute
 
     mesh = Mesh(np.array(jax.devices("cpu")[:1]), ("members",))
     seen = []
-    monkeypatch.setattr(_sweep, "_jitted_chunk", seen.append)
+    monkeypatch.setattr(_execute, "_jitted_chunk", seen.append)
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4 --xla_disable_hlo_passes=foo,bar")
-    _sweep._chunk_runner(mesh)
+    _execute._chunk_runner(mesh)
     monkeypatch.setenv("XLA_FLAGS", "")
-    _sweep._chunk_runner(mesh)
+    _execute._chunk_runner(mesh)
     monkeypatch.setenv("XLA_FLAGS", '--xla_disable_hlo_passes="algsimp,foo"')  # XLA strips the quotes
-    _sweep._chunk_runner(mesh)
-    monkeypatch.setattr(_sweep, "_platform", lambda mesh: "gpu")
-    _sweep._chunk_runner(mesh)
+    _execute._chunk_runner(mesh)
+    monkeypatch.setattr(_chunking, "_platform", lambda mesh: "gpu")
+    _execute._chunk_runner(mesh)
     assert seen == ["bar,cse,foo", "cse", "algsimp,cse,foo", None]
 
 
@@ -1055,12 +1055,11 @@ def test_host_memory_check_counts_what_this_process_keeps(monkeypatch, gather, r
     """In a multi-process run with gather=False a process keeps only its own share of the
     outputs, so the host-memory check sizes that share; gathering, or a reduction that needs
     every value, keeps all members on every process."""
-    from sciax import parallel
-    from sciax.ensemble import _sweep
+    from sciax.ensemble import _chunking, _devices, _sweep
 
     seen = []
-    monkeypatch.setattr(parallel, "process_share", lambda n, *args: (0, 10))  # process 0 of 10
-    monkeypatch.setattr(_sweep, "_check_host_memory", lambda needs, n, out: seen.append(n))
+    monkeypatch.setattr(_devices, "process_share", lambda n, *args: (0, 10))  # process 0 of 10
+    monkeypatch.setattr(_chunking, "_check_host_memory", lambda needs, n, out: seen.append(n))
     _sweep._plan(Lorenz(), Y0, {"rho": jnp.linspace(0.0, 30.0, 100)}, mode="grid", rollout=sciax.Simulate(**KW),
                  run=None, output=final, reduce=reduce, reduce_over=None, keep=True, key=None,
                  batch_size=None, memory_budget=None, devices=1, check_finite=True, order=None, gather=gather)

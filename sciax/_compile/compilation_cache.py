@@ -5,7 +5,7 @@ running it; with the cache warm only tracing and lowering remain (the benchmark 
 `benchmarks/README.md`, `fit`).
 
 This wraps JAX's own cache (`jax_compilation_cache_dir`); nothing about the programs changes.
-`fit` also keeps its solve traced and lowered in the same directory (`_program_cache.py`), so
+`fit` also keeps its solve traced and lowered in the same directory (`_compile/program_cache.py`), so
 a fresh process skips tracing and lowering as well.
 The key JAX computes covers the program, the compile options, the device and the jax/jaxlib
 versions, so a stale entry is never used. `sciax run` turns it on (see `sciax run --help`);
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import jax
 
-from ._validation import describe
+from .._validation import describe
 
 _ENV_DIR = "SCIAX_CACHE_DIR"
 

@@ -63,7 +63,7 @@ import jax
 import jax.tree_util as jtu
 import numpy as np
 
-from ._callable_key import _float_key, _library_code, _library_name
+from .callable_key import _float_key, _library_code, _library_name
 
 _FORMAT = b"sciax-program-cache-2"
 _SUBDIRECTORY = "sciax-programs"
@@ -412,7 +412,7 @@ class ProgramCache:
             leaves, rebuild, static = _split(args)
             if any(isinstance(x, jax.Array) and x.committed for x in leaves):
                 return None  # placed on a device explicitly: jit's placement rules, not the default device
-            from ._jit import _Static  # the same hashable split as the jitted functions'
+            from .async_dispatch import _Static  # the same hashable split as the jitted functions'
 
             options = tuple(sorted((compiler_options or {}).items()))
             memo_key = (root, options, _trace_context(), _Static(static), tuple(_aval(x) for x in leaves))

@@ -8,8 +8,8 @@ import jax
 import jax.tree_util as jtu
 import numpy as np
 
-from .._callable_key import by_code
-from .._collector import with_fewer_collections
+from .._compile.callable_key import by_code
+from .._compile.gc_threshold import with_fewer_collections
 from .._rollout import AbstractRollout
 from .._validation import check_precision, describe, refuse_tracers, state_dtype, to_device
 from ..systems._base import AbstractODE

@@ -12,11 +12,11 @@ import jax.tree_util as jtu
 import numpy as np
 import optimistix as optx
 
-from .._cost import operation_count
-from .._jit import _Static
-from .._program_cache import ProgramCache
+from .._compile.async_dispatch import _Static
+from .._compile.operation_count import operation_count
+from .._compile.program_cache import ProgramCache
+from .._optimistix_solvers import BY_NAME as _SOLVERS
 from .._rollout import Solve
-from .._solvers import BY_NAME as _SOLVERS
 from .._validation import check_tolerances, describe, real_scalar
 from ._problem import forward_residual_function, residual_function
 from ._result import FitResult

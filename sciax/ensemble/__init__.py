@@ -2,6 +2,7 @@
 devices and split across processes, with reductions over members computed on the fly."""
 
 from ._axes import Axis as Axis
+from ._devices import initialize_distributed as initialize_distributed
 from ._reductions import (
     Apply as Apply,
     Count as Count,

@@ -17,7 +17,7 @@ import jax.random as jr
 import jax.tree_util as jtu
 import numpy as np
 
-from .._callable_key import by_code
+from .._compile.callable_key import by_code
 from .._validation import describe
 
 SEED = "seed"

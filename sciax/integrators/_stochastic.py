@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
 
-from .._state import PhaseSpace
+from .._phase_space import PhaseSpace
 from ..systems._base import AbstractSDE, check_stepped_by_acceleration
 from ._base import AbstractIntegrator
 

@@ -7,7 +7,7 @@ which the reversible adjoint uses to rebuild states backwards in time.
 
 from typing import ClassVar
 
-from .._state import PhaseSpace
+from .._phase_space import PhaseSpace
 from ..systems._base import check_stepped_by_acceleration
 from ._base import AbstractIntegrator
 

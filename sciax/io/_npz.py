@@ -8,7 +8,7 @@ state (`states.positions`, `states.velocities` for a `PhaseSpace`); `observables
 import jax.tree_util as jtu
 import numpy as np
 
-from .._state import PhaseSpace
+from .._phase_space import PhaseSpace
 from .._trajectory import Trajectory
 from ._atomic import atomic_write
 

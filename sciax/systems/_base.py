@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import StateMismatchError
-from .._state import PhaseSpace
+from .._phase_space import PhaseSpace
 from .._validation import astype, describe
 
 

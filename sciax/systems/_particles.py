@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._state import PhaseSpace
+from .._phase_space import PhaseSpace
 from .._validation import check_parameter
 from ._base import AbstractHamiltonian, in_system_precision
 
