@@ -118,9 +118,16 @@ def sciax_sums(potential, x, box, strategy, species=None, dtype=jnp.float64):
     x = jnp.asarray(x, dtype)
     system = md.MDSystem(md.Box(jnp.asarray(box, dtype)), potential, jnp.ones(len(x), dtype), species=species,
                          neighbours=strategy).allocate(x)
-    nbrs = system.build_neighbours(x)
+    result, nbrs = build_and_compute(system, x)
     assert int(nbrs.overflow) == 0
-    return eqx.filter_jit(lambda s, p, nb: s.compute(p, nb))(system, x, nbrs)
+    return result
+
+
+@eqx.filter_jit
+def build_and_compute(system, x):
+    """One compiled program per system: the neighbours at x, and the energy, forces and virial."""
+    nbrs = system.build_neighbours(x)
+    return system.compute(x, nbrs), nbrs
 
 
 def assert_close(result, reference, rtol=1e-10):
@@ -215,8 +222,8 @@ def test_lammps_in_lj_start(strategy):
     n = len(x)
     neighbours = md.CellList() if strategy == "cell" else md.VerletList(skin=0.3)
     system = md.MDSystem(md.Box(box), md.LennardJones(1.0, 1.0, 2.5), jnp.ones(n), neighbours=neighbours)
-    system = system.allocate(x)
-    result = system.compute(x, system.build_neighbours(x))
+    result, nbrs = build_and_compute(system.allocate(x), x)
+    assert int(nbrs.overflow) == 0
     assert abs(float(result.energy) / n - (-6.7733681)) < 5e-8
     assert abs(float(system.pressure(md.MDState(x, v), result)) - (-3.7033504)) < 5e-8
 
@@ -231,7 +238,7 @@ def test_forces_are_minus_gradient_and_pressure_is_volume_derivative():
     gradient = jax.grad(reference.potential_energy)(x)
     for strategy in STRATEGIES.values():
         system = md.MDSystem(md.Box(box), potential, jnp.ones(len(x)), neighbours=strategy).allocate(x)
-        forces = system.compute(x, system.build_neighbours(x)).forces
+        forces = build_and_compute(system, x)[0].forces
         np.testing.assert_allclose(np.asarray(forces), -np.asarray(gradient), rtol=0, atol=1e-12)
 
     @jax.jit
@@ -326,8 +333,7 @@ def test_float32_and_float64_keep_their_dtype(dtype):
         potential = md.LennardJones(cutoff=2.0) + md.Morse(0.5, 2.0, 1.2, 2.0, "energy")
         system = md.MDSystem(md.Box(jnp.asarray(box, dtype)), potential, jnp.ones(len(x), dtype),
                              neighbours=strategy).allocate(x)
-        nbrs = system.build_neighbours(x)
-        result = eqx.filter_jit(lambda s, p, nb: s.compute(p, nb))(system, x, nbrs)
+        result, nbrs = build_and_compute(system, x)
         assert result.energy.dtype == result.forces.dtype == result.virial.dtype == dtype
         assert nbrs.reference_positions.dtype == dtype
         # float32 arithmetic (the reference is float64 from the same rounded positions)
@@ -369,7 +375,7 @@ def test_bonds_and_kremer_grest_chains():
     chain = md.MDSystem(md.Box(box), md.FENEBond(bonds, k=30.0, r0=1.5) + md.WCA(1.0, 1.0), jnp.ones(n),
                         neighbours=md.VerletList(skin=0.3)).allocate(jnp.asarray(x))
     xj = jnp.asarray(x)
-    result = chain.compute(xj, chain.build_neighbours(xj))
+    result = build_and_compute(chain, xj)[0]
     scale = float(jnp.max(jnp.abs(result.forces)))
     np.testing.assert_allclose(result.forces, -jax.grad(chain.potential_energy)(xj), rtol=0, atol=1e-13 * scale)
     wca_only = md.MDSystem(md.Box(box), md.WCA(), jnp.ones(n))
@@ -430,6 +436,11 @@ def test_bad_input_is_refused_with_a_message_naming_the_argument():
         system.allocate(x).build_neighbours(x.at[7, 2].set(jnp.nan))
     with pytest.raises(md._system.StateMismatchError, match=r"`positions` must have shape \(N, d\) = \(108, 3\)"):
         system.allocate(x[:5])
+    with pytest.raises(ValueError, match="`state.positions` must lie inside the box"):
+        system.check_state(md.MDState(x.at[0, 0].set(-0.1), jnp.zeros_like(x)))
+    with pytest.raises(md._system.StateMismatchError, match=r"state.velocities must have shape \(N, d\)"):
+        system.check_state(md.MDState(x, jnp.zeros((n, 2))))
+    system.check_state(md.MDState(x, jnp.zeros_like(x)))
     with pytest.raises(ValueError, match="`FENEBond.bonds` refers to particle 108"):
         md.MDSystem(md.Box(box), md.FENEBond(jnp.array([[0, 1], [107, 108]])), jnp.ones(n))
     with pytest.raises(ValueError, match=r"`bonds` must be an integer array of shape \(M, 2\)"):

@@ -245,9 +245,9 @@ class MDSystem(AbstractHamiltonian):
     def allocate(self, positions, *, margin: float = 1.25) -> "MDSystem":
         """A copy with neighbour capacities chosen for `positions` (host side).
 
-        The cell grid has as many cells per axis as fit with a side ≥ the list radius; the cell
-        and neighbour capacities are the largest counts found at `positions` times `margin`
-        (plus a few).
+        The cell grid has as many cells per axis as fit with a side ≥ half the list radius
+        (cutoff, plus the skin for a Verlet list); the row-of-cells and neighbour capacities are
+        the largest counts found at `positions` times `margin` (plus two).
 
         **Arguments:** `positions` `(N, d)` (length units) on the host; `margin` ≥ 1.
 
@@ -430,7 +430,9 @@ class MDSystem(AbstractHamiltonian):
 
     def check_state(self, state) -> None:
         """Raise `StateMismatchError` unless `state` is an `MDState` whose arrays are `(N, d)` with N
-        from `masses`."""
+        from `masses`; `ValueError` (host values) for NaN positions or positions outside the box
+        (an `MDState` holds wrapped positions: fold them in with `box.wrap`, which also returns the
+        image counts)."""
         if not isinstance(state, MDState):
             raise StateMismatchError(f"MDSystem expects a sciax.md.MDState(positions, velocities, images) state, "
                                      f"got {type(state).__name__}.")
@@ -441,6 +443,7 @@ class MDSystem(AbstractHamiltonian):
                 raise StateMismatchError(f"MDSystem: state.{name} must have shape (N, d) = ({n}, {d}) (N from "
                                          f"`masses`), got {shape}.")
         self._check_positions("MDSystem", state.positions)
+        self.box.check_inside("MDSystem", "state.positions", state.positions)
 
     def conserved_quantities(self, t, y) -> dict:
         return {"energy": self.kinetic_energy(y.velocities) + self.potential_energy(y.positions)}
