@@ -120,9 +120,8 @@ def main(argv: list[str] | None = None) -> int:
 
     cores = configure_threads(args.threads, args.cpus, args.device)
 
-    # sciax sets its XLA CPU options (512-bit vectors on AVX-512; see sciax/_compile/cpu_vector_width.py) when
-    # imported, before any backend starts: import it first, so that every JAX-based row (sciax,
-    # the hand-written lax.scan, Diffrax) runs with the same compiler settings.
+    # Imported before the harness and the suites, after the thread environment is set, so that
+    # every JAX-based row (sciax, the hand-written lax.scan, Diffrax) starts the same backend.
     import sciax  # noqa: F401, E402
 
     from . import harness  # noqa: E402 - after the thread environment is set

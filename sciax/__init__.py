@@ -5,10 +5,6 @@ Systems (`sciax.systems`) are Equinox modules; integrators (`sciax.integrators`)
 `Trajectory`; `sweep` runs ensembles; `fit` fits parameters to data with uncertainties.
 """
 
-from ._compile.cpu_vector_width import apply_cpu_tuning as _apply_cpu_tuning
-
-_apply_cpu_tuning()  # before anything below starts JAX's backend; see sciax/_compile/cpu_vector_width.py
-
 import sys as _sys
 
 from . import ensemble as ensemble, integrators as integrators, systems as systems
