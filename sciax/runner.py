@@ -24,8 +24,14 @@ an uninterrupted one. Write order per chunk: chunk frames (atomic) -> CSV rows (
 sizes recorded) -> checkpoint (atomic). A crash loses at most the chunk in flight; a resume
 truncates the CSVs back to the sizes in the checkpoint and deletes chunk files it does not list.
 
-Integrators whose loop carry holds more than the state (none in the library today) are
-re-initialised from the state at each chunk boundary.
+Each chunk continues from the previous chunk's final loop carry (the checkpoint holds it), so
+integrators whose carry holds more than the state continue exactly too.
+
+A run holds an exclusive lock on its folder (`fcntl.flock` on `.sciax.lock`; released by the
+operating system however the process ends), so a second run into it refuses. The checkpoint
+records the size and CRC-32 of every chunk file, and `--resume` verifies them before computing
+anything. What the runner guarantees on crashes, signals, concurrent use and damaged or foreign
+files, with the tests that show it: `docs/guarantees.md`.
 """
 
 import dataclasses
