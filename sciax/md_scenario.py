@@ -1,0 +1,722 @@
+"""Molecular-dynamics scenario files: the TOML schema, its validation, and the objects it describes.
+
+A scenario with a top-level `[md]` table is an MD run (`sciax run` hands it to `sciax.md_run`):
+
+```toml
+name = "lj_melt"                      # optional; default: the file name without .toml
+description = "LAMMPS in.lj"          # optional
+
+[md]
+units = "lj"                          # "lj" (reduced: σ, ε, m, τ) or "real" (Å, eV, amu, ps, K)
+precision = "float64"                 # or "float32"
+seed = 0                              # velocities and thermostat noise, 0 <= seed < 2**32
+mass = 1.0                            # per atom (m; amu in real units)
+symbol = "Ar"                         # the species' symbol in the trajectory (default "X")
+
+[lattice]                             # exactly one of [lattice], [start], [chains]
+kind = "fcc"                          # "sc", "bcc" or "fcc"
+density = 0.8442                      # number density (σ⁻³; Å⁻³), or lattice_constant = ...
+cells = 10                            # cells per side, or [nx, ny, nz]
+
+# [start]                             # an extended XYZ file (first frame; orthorhombic cell)
+# file = "start.xyz"                  # relative to the scenario file's folder
+# n_atoms = 4000                      # optional: checked against the file
+
+# [chains]                            # bead-spring chains (Kremer–Grest), FENE bonds
+# n_chains = 20                       # along a space-filling path on a simple-cubic grid
+# length = 25                         # beads per chain
+# density = 0.85                      # bead number density
+
+[potential]
+kind = "lj"                           # "lj" or "wca"
+epsilon = 1.0                         # ε (eV in real units)
+sigma = 1.0                           # σ (Å in real units)
+cutoff = 2.5                          # lj only (σ units... length units); wca cuts at 2^(1/6) σ
+shift = "none"                        # lj: "none", "energy" or "force"
+
+# [bonds]                             # with [chains]: FENE bonds (k in ε/σ², r0 in σ)
+# kind = "fene"
+# k = 30.0
+# r0 = 1.5
+
+[neighbours]
+skin = 0.3                            # Verlet-list skin (length units)
+# capacity = 64                       # neighbours per atom to start with (grown on overflow)
+# cell_capacity = 32                  # atoms per row of cells to start with (grown on overflow)
+
+[velocities]                          # Maxwell–Boltzmann, zero momentum, exactly this temperature
+temperature = 3.0                     # T* = kT/ε (lj) or K (real); leave the table out to take
+                                      # the start file's velocities
+
+[[stage]]                             # one or more stages, run in order
+name = "production"
+integrator = "nve"                    # "nve", "langevin", "nose_hoover" or "bussi"
+dt = 0.005                            # time units (τ; ps)
+n_steps = 1000
+# temperature = 0.85                  # thermostats: target temperature (T* or K)
+# tau = 0.5                           # nose_hoover, bussi: time constant (time units)
+# friction = 1.0                      # langevin: collision rate (1/time units)
+# chain_length = 3                    # nose_hoover
+
+[output]
+dir = "runs/lj_melt"                  # default runs/<name>
+thermo_every = 50                     # steps between rows of thermo.csv
+trajectory_every = 500                # steps between frames of trajectory.xyz (0: none)
+chunk_steps = 1000                    # steps per checkpoint
+unwrapped = false                     # also write unwrapped positions (unwrapped_pos:R:3)
+plot = true                           # thermo.png, rdf.png, msd.png
+rdf_bins = 100                        # g(r) over the last stage, r < rdf_max
+rdf_every = 250                       # steps between the frames g(r) averages (default 5 thermo_every)
+# rdf_max = 4.0                       # default: just under half the shortest box side
+```
+
+Every error is a `ScenarioError` naming the file, the key, what was expected and what was found,
+raised before anything is written.
+"""
+
+import dataclasses
+import math
+import tomllib
+from pathlib import Path
+
+import numpy as np
+
+from .scenario import PRECISIONS, ScenarioError, _did_you_mean, _got, physics_hash, set_precision
+
+INTEGRATORS = ("nve", "langevin", "nose_hoover", "bussi")
+POTENTIALS = ("lj", "wca")
+UNITS = ("lj", "real")
+LATTICES = ("sc", "bcc", "fcc")
+_BASIS = {"sc": 1, "bcc": 2, "fcc": 4}
+DEFAULT_CHUNK_STEPS = 1000
+WCA_CUTOFF = 2.0 ** (1.0 / 6.0)
+
+
+def is_md_scenario(path) -> bool:
+    """Whether the file at `path` is readable TOML with a top-level `[md]` table."""
+    try:
+        with open(path, "rb") as f:
+            return isinstance(tomllib.load(f).get("md"), dict)
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return False
+
+
+# --------------------------------------------------------------------------- checking
+
+
+class _Check:
+    """Value checks that raise `ScenarioError("<file>: <key>: expected ..., got ...")`."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def error(self, where: str, message: str) -> ScenarioError:
+        return ScenarioError(f"{self.source}: {where}: {message}")
+
+    def expected(self, where, what, value) -> ScenarioError:
+        return self.error(where, f"expected {what}, got {_got(value)}.")
+
+    def table(self, data, where, keys, required=()):
+        if not isinstance(data, dict):
+            raise self.expected(where, "a table", data)
+        for key in data:
+            if key not in keys:
+                raise self.error(f"{where} {key}", f"unknown key; valid keys: {', '.join(keys)}."
+                                 f"{_did_you_mean(key, keys)}")
+        for key in required:
+            if key not in data:
+                raise self.error(where, f"missing required key {key!r}.")
+        return data
+
+    def number(self, where, value, *, positive=False, nonnegative=False):
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if ok and positive and not value > 0:
+            ok = False
+        if ok and nonnegative and not value >= 0:
+            ok = False
+        if not ok:
+            what = "a positive" if positive else "a non-negative" if nonnegative else "a"
+            raise self.expected(where, f"{what} finite number", value)
+        return float(value)
+
+    def integer(self, where, value, *, minimum=1):
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.expected(where, f"an integer >= {minimum}", value)
+        return value
+
+    def choice(self, where, value, options):
+        if value not in options:
+            hint = _did_you_mean(value, options) if isinstance(value, str) else ""
+            raise self.error(where, f"expected one of {', '.join(repr(o) for o in options)}, got {_got(value)}."
+                             f"{hint}")
+        return value
+
+    def string(self, where, value):
+        if not isinstance(value, str) or not value:
+            raise self.expected(where, "a non-empty string", value)
+        return value
+
+
+# --------------------------------------------------------------------------- the scenario
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One stage of an MD run: an integrator, its step size and length (validated values,
+    in the scenario's units)."""
+
+    name: str
+    integrator: str
+    dt: float
+    n_steps: int
+    temperature: float | None = None
+    tau: float | None = None
+    friction: float | None = None
+    chain_length: int = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class MDOutput:
+    """The `[output]` table, validated."""
+
+    dir: str
+    thermo_every: int
+    trajectory_every: int
+    chunk_steps: int
+    unwrapped: bool = False
+    plot: bool = True
+    rdf_bins: int = 100
+    rdf_max: float | None = None
+    rdf_every: int = 250
+
+
+@dataclasses.dataclass(frozen=True)
+class MDBuilt:
+    """What an MD scenario describes, ready to run.
+
+    - `system`: the `MDSystem` (allocated neighbour capacities), `state0`: the `MDState`.
+    - `integrators`: one per stage. `keys`: one `jax.random` key per stage (None for NVE).
+    - `dtype`; `symbols`: the species' symbols for the trajectory; `bond_chains`: `(n_chains,
+      length)` atom indices of the chains (None without chains), for the end-to-end distance.
+    - `kT_unit`: the energy of one unit of the scenario's temperature (1 in lj units, k_B in
+      eV/K in real units); `pressure_unit`: the factor from the system's pressure to the
+      reported one (1 in lj units; bar in real units).
+    """
+
+    system: object
+    state0: object
+    integrators: tuple
+    keys: tuple
+    dtype: object
+    symbols: tuple
+    bond_chains: object
+    kT_unit: float
+    pressure_unit: float
+
+
+@dataclasses.dataclass(frozen=True)
+class MDScenario:
+    """A validated MD scenario (`load_md_scenario`). `build()` makes the objects; run it with
+    `sciax.md_run.run_md`."""
+
+    source: str
+    text: str
+    name: str
+    description: str
+    md: dict
+    start: dict            # {"lattice": {...}} | {"start": {...}} | {"chains": {...}}
+    potential: dict
+    bonds: dict | None
+    neighbours: dict
+    velocities: dict | None
+    stages: tuple
+    output: MDOutput
+    n_atoms: int
+    box_lengths: tuple
+    overrides: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.output.dir).expanduser()
+
+    @property
+    def n_steps(self) -> int:
+        return sum(s.n_steps for s in self.stages)
+
+    @property
+    def precision(self) -> str:
+        return self.md.get("precision", "float64")
+
+    @property
+    def units(self) -> str:
+        return self.md.get("units", "lj")
+
+    def stage_starts(self) -> list[int]:
+        """The global step at which each stage starts."""
+        out, total = [], 0
+        for s in self.stages:
+            out.append(total)
+            total += s.n_steps
+        return out
+
+    def stage_times(self) -> list[float]:
+        """The time at which each stage starts (float64 sums of dt · n_steps)."""
+        out, t = [], 0.0
+        for s in self.stages:
+            out.append(t)
+            t += s.dt * s.n_steps
+        return out
+
+    def physics(self) -> dict:
+        """What determines the computed run (hashed for `--resume`): everything but `[output]`
+        `dir`/`plot` and the last stage's `n_steps` (a run may be extended)."""
+        stages = {f"{k + 1} {s.name}": dataclasses.asdict(s) for k, s in enumerate(self.stages)}
+        stages[f"{len(self.stages)} {self.stages[-1].name}"].pop("n_steps")
+        start = self.start
+        if "start" in start:  # the file's contents, not its name, decide the run
+            start = {"start": {**start["start"], "sha256": _file_hash(start["start"]["path"])}}
+            start["start"].pop("path")
+        out = dataclasses.asdict(self.output)
+        for k in ("dir", "plot"):
+            out.pop(k)
+        return {"md": self.md, "start": start, "potential": self.potential, "bonds": self.bonds,
+                "neighbours": {k: v for k, v in self.neighbours.items() if k not in ("capacity", "cell_capacity")},
+                "velocities": self.velocities, "stages": stages, "output": out}
+
+    def hash(self) -> str:
+        return physics_hash(self.physics())
+
+    def with_overrides(self, *, n_steps: int | None = None) -> "MDScenario":
+        """`--n-steps N`: the last stage's length becomes N (a multiple of the output intervals)."""
+        if n_steps is None:
+            return self
+        step = _interval(self.output)
+        if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps <= 0 or n_steps % step:
+            raise ScenarioError(f"--n-steps: expected a positive multiple of {step} ([output] thermo_every and "
+                                f"trajectory_every) for the last [[stage]] of {self.source}, got {n_steps!r}.")
+        stages = self.stages[:-1] + (dataclasses.replace(self.stages[-1], n_steps=n_steps),)
+        return dataclasses.replace(self, stages=stages, overrides={**self.overrides, "n_steps": n_steps})
+
+    # -- objects
+
+    def build(self) -> MDBuilt:
+        """Set the precision and make the system, initial state, integrators and keys.
+
+        **Raises:** `ScenarioError` naming the table a constructor rejected.
+        """
+        import jax
+        import jax.numpy as jnp
+        import jax.random as jr
+
+        from . import md
+
+        set_precision(self.precision)
+        dtype = jnp.dtype(self.precision)
+        real = self.units == "real"
+        kT_unit = md.units.BOLTZMANN if real else 1.0
+        pressure_unit = md.units.EV_PER_A3_IN_BAR if real else 1.0
+        positions, lengths, velocities, images, chains = self._configuration()
+        n = positions.shape[0]
+        mass = self.md.get("mass", 1.0)
+        masses = np.full(n, md.units.masses_from_amu(mass) if real else mass)
+        box = md.Box(jnp.asarray(lengths, dtype))
+        pot = self.potential
+        if pot["kind"] == "lj":
+            potential = md.LennardJones(jnp.asarray(pot["epsilon"], dtype), jnp.asarray(pot["sigma"], dtype),
+                                        jnp.asarray(pot["cutoff"], dtype), shift=pot["shift"])
+        else:
+            potential = md.WCA(jnp.asarray(pot["epsilon"], dtype), jnp.asarray(pot["sigma"], dtype))
+        bond_chains = None
+        if chains is not None:
+            bond_chains = chains
+            bonds = np.stack([chains[:, :-1].ravel(), chains[:, 1:].ravel()], axis=1).astype(np.int32)
+            potential = potential + md.FENEBond(jnp.asarray(bonds), jnp.asarray(self.bonds["k"], dtype),
+                                                jnp.asarray(self.bonds["r0"], dtype))
+        nb = self.neighbours
+        strategy = md.VerletList(skin=jnp.asarray(nb["skin"], dtype))
+        try:
+            system = md.MDSystem(box, potential, jnp.asarray(masses, dtype), neighbours=strategy)
+            x = jnp.asarray(positions, dtype)
+            system = system.allocate(x)
+        except (TypeError, ValueError) as e:
+            raise self._error("[potential]", f"the system cannot be built: {e}") from None
+        if "capacity" in nb or "cell_capacity" in nb:  # chosen starting capacities (grown on overflow)
+            import equinox as eqx
+
+            s = system.neighbours
+            system = eqx.tree_at(lambda t: t.neighbours, system, md.VerletList(
+                skin=s.skin, capacity=nb.get("capacity", s.capacity),
+                cell_capacity=nb.get("cell_capacity", s.cell_capacity), grid=s.grid))
+        base = jr.key(self.md.get("seed", 0))
+        if self.velocities is not None:
+            kT = self.velocities["temperature"] * kT_unit
+            v = md.maxwell_boltzmann(system.masses, jnp.asarray(kT, dtype), key=jr.fold_in(base, 2**31 - 1),
+                                     dtype=dtype)
+        else:
+            v = jnp.asarray(velocities, dtype)
+        state0 = md.MDState(x, v, None if images is None else jnp.asarray(images, jnp.int32))
+        integrators, keys = [], []
+        for k, s in enumerate(self.stages):
+            integrators.append(self._integrator(s, kT_unit, dtype))
+            keys.append(jr.fold_in(base, k) if s.integrator in ("langevin", "bussi") else None)
+        jax.block_until_ready(state0)
+        return MDBuilt(system=system, state0=state0, integrators=tuple(integrators), keys=tuple(keys),
+                       dtype=dtype, symbols=(self.md.get("symbol", "X"),), bond_chains=bond_chains,
+                       kT_unit=kT_unit, pressure_unit=pressure_unit)
+
+    def _error(self, where, message):
+        return ScenarioError(f"{self.source}: {where}: {message}")
+
+    def _integrator(self, s: Stage, kT_unit, dtype):
+        import jax.numpy as jnp
+
+        from . import md
+
+        def a(x):
+            return jnp.asarray(x, dtype)
+
+        if s.integrator == "nve":
+            return md.VelocityVerlet()
+        kT = a(s.temperature * kT_unit)
+        if s.integrator == "langevin":
+            return md.Langevin(kT, a(s.friction))
+        if s.integrator == "bussi":
+            return md.Bussi(kT, a(s.tau))
+        return md.NoseHooverChain(kT, a(s.tau), chain_length=s.chain_length)
+
+    def _configuration(self):
+        """(positions (N, 3), box lengths (3,), velocities or None, images or None, chains or None)
+        as float64 NumPy arrays."""
+        from . import md
+
+        if "lattice" in self.start:
+            spec = self.start["lattice"]
+            kw = {"density": spec["density"]} if "density" in spec else {"lattice_constant": spec["lattice_constant"]}
+            x, box = md.lattice(spec["kind"], tuple(spec["cells"]), dtype="float64", **kw)
+            return np.asarray(x), np.asarray(box.lengths), None, None, None
+        if "chains" in self.start:
+            spec = self.start["chains"]
+            x, lengths, chains = chain_configuration(spec["n_chains"], spec["length"], spec["density"])
+            return x, lengths, None, None, chains
+        frame = md.read_xyz(self.start["start"]["path"])[0]
+        lengths = frame.lengths
+        positions = frame.positions
+        images = frame.images
+        wrapped = positions - np.floor(positions / lengths) * lengths
+        wrapped = np.where(wrapped >= lengths, wrapped - lengths, wrapped)
+        shift = np.rint((positions - wrapped) / lengths).astype(np.int64)
+        images = shift if images is None else images + shift
+        return wrapped, lengths, frame.velocities, images, None
+
+
+def _file_hash(path) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _interval(output: MDOutput) -> int:
+    """The step count every stage length must be a multiple of."""
+    if output.trajectory_every:
+        return math.lcm(output.thermo_every, output.trajectory_every)
+    return output.thermo_every
+
+
+def chain_configuration(n_chains: int, length: int, density: float):
+    """Bead-spring chains on a simple-cubic grid, without overlaps (host side).
+
+    The grid has c = ceil((n_chains · length)^(1/3)) sites per side in a cubic box of side
+    L = (n_chains · length / density)^(1/3); a boustrophedon path visits the sites so that each
+    next site is a nearest neighbour (distance L / c), and chain k is beads k·length .. (k+1)·length − 1
+    of the path.
+
+    **Returns:** positions `(n_chains · length, 3)`, box lengths `(3,)` (length units) and the
+    chains' atom indices `(n_chains, length)`.
+    """
+    n = n_chains * length
+    c = math.ceil(round(n ** (1.0 / 3.0), 9))
+    side = (n / density) ** (1.0 / 3.0)
+    a = side / c
+    sites = []
+    for z in range(c):
+        ys = range(c) if z % 2 == 0 else range(c - 1, -1, -1)
+        for j, y in enumerate(ys):
+            xs = range(c) if (j + z * c) % 2 == 0 else range(c - 1, -1, -1)
+            sites += [(x, y, z) for x in xs]
+    positions = (np.asarray(sites[:n], np.float64) + 0.5) * a
+    return positions, np.full(3, side), np.arange(n).reshape(n_chains, length)
+
+
+def chain_spacing(n_chains: int, length: int, density: float) -> float:
+    """The bond length of `chain_configuration` (length units)."""
+    n = n_chains * length
+    return (n / density) ** (1.0 / 3.0) / math.ceil(round(n ** (1.0 / 3.0), 9))
+
+
+# --------------------------------------------------------------------------- parsing
+
+_TOP = ("name", "description", "md", "lattice", "start", "chains", "potential", "bonds", "neighbours",
+        "velocities", "stage", "output")
+_MD = ("units", "precision", "seed", "mass", "symbol")
+_STAGE = ("name", "integrator", "dt", "n_steps", "temperature", "tau", "friction", "chain_length")
+_NEEDS = {"nve": (), "langevin": ("temperature", "friction"), "bussi": ("temperature", "tau"),
+          "nose_hoover": ("temperature", "tau")}
+_OUTPUT = ("dir", "thermo_every", "trajectory_every", "chunk_steps", "unwrapped", "plot", "rdf_bins", "rdf_max",
+           "rdf_every")
+
+
+def parse_md_scenario(text: str, source: str = "<scenario>", *, default_name: str = "scenario",
+                      folder=None) -> MDScenario:
+    """Parse and validate MD scenario TOML `text`; `source` names the file in messages and
+    `folder` is where a `[start] file` is looked for (default: the current folder).
+
+    **Raises:** `ScenarioError` naming the file, the key, what was expected and what was found.
+    """
+    c = _Check(source)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"{source}: not valid TOML: {e}.") from None
+    c.table(data, "top level", _TOP, required=("md", "potential", "stage"))
+    name = data.get("name", default_name)
+    if not isinstance(name, str) or not name or any(ch in name for ch in "/\\") or name in (".", ".."):
+        raise c.expected("name", "a plain name usable as a folder name", name)
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise c.expected("description", "a string", description)
+
+    md = dict(c.table(data["md"], "[md]", _MD))
+    c.choice("[md] units", md.setdefault("units", "lj"), UNITS)
+    c.choice("[md] precision", md.setdefault("precision", "float64"), PRECISIONS)
+    seed = c.integer("[md] seed", md.setdefault("seed", 0), minimum=0)
+    if seed >= 2**32:
+        raise c.error("[md] seed", f"expected an integer below 2**32, got {seed}.")
+    c.number("[md] mass", md.setdefault("mass", 1.0), positive=True)
+    symbol = md.setdefault("symbol", "X")
+    if not isinstance(symbol, str) or not symbol.isalpha():
+        raise c.expected("[md] symbol", 'a chemical symbol of letters, e.g. "Ar"', symbol)
+
+    forms = [k for k in ("lattice", "start", "chains") if k in data]
+    if len(forms) != 1:
+        raise c.error("top level", "expected exactly one of the tables [lattice], [start] and [chains] (the "
+                      f"initial configuration), got {', '.join(f'[{f}]' for f in forms) or 'none'}.")
+    start, n_atoms, lengths = _parse_start(c, forms[0], data[forms[0]], folder)
+
+    pot = dict(c.table(data["potential"], "[potential]", ("kind", "epsilon", "sigma", "cutoff", "shift"),
+                       required=("kind",)))
+    kind = c.choice("[potential] kind", pot["kind"], POTENTIALS)
+    pot["epsilon"] = c.number("[potential] epsilon", pot.get("epsilon", 1.0), positive=True)
+    pot["sigma"] = c.number("[potential] sigma", pot.get("sigma", 1.0), positive=True)
+    if kind == "lj":
+        if "cutoff" not in pot:
+            raise c.error("[potential]", "missing required key 'cutoff' (length units) for kind = \"lj\".")
+        pot["cutoff"] = c.number("[potential] cutoff", pot["cutoff"], positive=True)
+        pot["shift"] = c.choice("[potential] shift", pot.get("shift", "none"), ("none", "energy", "force"))
+    else:
+        for key in ("cutoff", "shift"):
+            if key in pot:
+                raise c.error(f"[potential] {key}", f"not used by kind = \"wca\" (its cutoff is 2^(1/6) sigma); "
+                              "remove it.")
+        pot["cutoff"] = WCA_CUTOFF * pot["sigma"]
+        pot["shift"] = "energy"
+
+    bonds = None
+    if "bonds" in data or "chains" in start:
+        if "chains" not in start:
+            raise c.error("[bonds]", "bonds need [chains] (the chains they join); remove [bonds] or use [chains].")
+        b = dict(c.table(data.get("bonds", {}), "[bonds]", ("kind", "k", "r0")))
+        c.choice("[bonds] kind", b.setdefault("kind", "fene"), ("fene",))
+        b["k"] = c.number("[bonds] k", b.get("k", 30.0), nonnegative=True)
+        b["r0"] = c.number("[bonds] r0", b.get("r0", 1.5), positive=True)
+        spacing = chain_spacing(start["chains"]["n_chains"], start["chains"]["length"], start["chains"]["density"])
+        if not spacing < 0.95 * b["r0"]:
+            raise c.error("[chains] density", f"the chains' bond length on the grid is {spacing:.4g}, too close to "
+                          f"the FENE limit [bonds] r0 = {b['r0']:g} (expected below {0.95 * b['r0']:.4g}); raise the "
+                          "density.")
+        bonds = b
+
+    nb = dict(c.table(data.get("neighbours", {}), "[neighbours]", ("skin", "capacity", "cell_capacity")))
+    nb["skin"] = c.number("[neighbours] skin", nb.get("skin", 0.3), nonnegative=True)
+    for key in ("capacity", "cell_capacity"):
+        if key in nb:
+            c.integer(f"[neighbours] {key}", nb[key], minimum=1)
+    radius = pot["cutoff"] + nb["skin"]
+    half = min(lengths) / 2
+    if not radius < half:
+        where = "[potential] cutoff" if kind == "lj" else "[potential] sigma"
+        raise c.error(where, f"the cutoff ({pot['cutoff']:g}) plus [neighbours] skin ({nb['skin']:g}) = {radius:g} "
+                      f"must be below half the smallest box side ({half:g}, box {_lengths_text(lengths)}); use more "
+                      "atoms (a larger box), a smaller cutoff or a smaller skin.")
+
+    velocities = None
+    if "velocities" in data:
+        vt = c.table(data["velocities"], "[velocities]", ("temperature",), required=("temperature",))
+        velocities = {"temperature": c.number("[velocities] temperature", vt["temperature"], nonnegative=True)}
+    elif "start" not in start or not start["start"]["has_velocities"]:
+        raise c.error("[velocities]", "missing: give [velocities] temperature = ... (the start configuration has "
+                      "no velocities).")
+
+    stages = _parse_stages(c, data["stage"])
+    out = dict(c.table(data.get("output", {}), "[output]", _OUTPUT))
+    out.setdefault("dir", str(Path("runs") / name))
+    if not isinstance(out["dir"], str) or not out["dir"].strip():
+        raise c.expected("[output] dir", 'a non-empty folder path, e.g. "runs/lj"', out["dir"])
+    out["thermo_every"] = c.integer("[output] thermo_every", out.get("thermo_every", 50))
+    out["trajectory_every"] = c.integer("[output] trajectory_every", out.get("trajectory_every", 0), minimum=0)
+    for key in ("unwrapped", "plot"):
+        if key in out and not isinstance(out[key], bool):
+            raise c.expected(f"[output] {key}", "true or false", out[key])
+    out["rdf_bins"] = c.integer("[output] rdf_bins", out.get("rdf_bins", 100))
+    out["rdf_every"] = c.integer("[output] rdf_every", out.get("rdf_every", 5 * out["thermo_every"]))
+    if out["rdf_every"] % out["thermo_every"]:
+        raise c.error("[output] rdf_every", f"expected a multiple of thermo_every ({out['thermo_every']}), got "
+                      f"{out['rdf_every']}.")
+    if "rdf_max" in out:
+        out["rdf_max"] = c.number("[output] rdf_max", out["rdf_max"], positive=True)
+        if not out["rdf_max"] <= half:
+            raise c.error("[output] rdf_max", f"expected at most half the smallest box side ({half:g}), got "
+                          f"{out['rdf_max']:g}.")
+    step = math.lcm(out["thermo_every"], out["trajectory_every"] or 1)
+    out["chunk_steps"] = c.integer("[output] chunk_steps", out.get("chunk_steps", max(step, DEFAULT_CHUNK_STEPS
+                                                                                     // step * step)))
+    for key in ("chunk_steps",):
+        if out[key] % step:
+            raise c.error(f"[output] {key}", f"expected a multiple of thermo_every and trajectory_every ({step}), "
+                          f"got {out[key]}.")
+    for k, s in enumerate(stages):
+        if s.n_steps % step:
+            raise c.error(f"[[stage]] {k + 1} ({s.name}) n_steps", f"expected a multiple of [output] thermo_every "
+                          f"and trajectory_every ({step}), got {s.n_steps}.")
+    output = MDOutput(**out)
+    return MDScenario(source=source, text=text, name=name, description=description, md=md, start=start,
+                      potential=pot, bonds=bonds, neighbours=nb, velocities=velocities, stages=tuple(stages),
+                      output=output, n_atoms=n_atoms, box_lengths=tuple(float(x) for x in lengths))
+
+
+def _lengths_text(lengths) -> str:
+    return " x ".join(f"{x:g}" for x in lengths)
+
+
+def _parse_start(c: _Check, form: str, table, folder):
+    """(the start spec, number of atoms, box lengths) of [lattice], [start] or [chains]."""
+    where = f"[{form}]"
+    if form == "lattice":
+        t = dict(c.table(table, where, ("kind", "density", "lattice_constant", "cells"), required=("kind", "cells")))
+        c.choice(f"{where} kind", t["kind"], LATTICES)
+        cells = t["cells"]
+        cells = [cells] * 3 if isinstance(cells, int) and not isinstance(cells, bool) else cells
+        if not (isinstance(cells, list) and len(cells) == 3 and all(
+                isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in cells)):
+            raise c.expected(f"{where} cells", "a positive integer or an array of three", t["cells"])
+        t["cells"] = cells
+        if ("density" in t) == ("lattice_constant" in t):
+            raise c.error(where, "expected exactly one of density (number density) and lattice_constant.")
+        if "density" in t:
+            rho = c.number(f"{where} density", t["density"], positive=True)
+            a = (_BASIS[t["kind"]] / rho) ** (1.0 / 3.0)
+        else:
+            a = c.number(f"{where} lattice_constant", t["lattice_constant"], positive=True)
+        n = _BASIS[t["kind"]] * math.prod(cells)
+        if n < 2:
+            raise c.error(f"{where} cells", f"expected at least 2 atoms, the lattice holds {n}.")
+        return {"lattice": t}, n, [a * x for x in cells]
+    if form == "chains":
+        t = dict(c.table(table, where, ("n_chains", "length", "density"), required=("n_chains", "length", "density")))
+        c.integer(f"{where} n_chains", t["n_chains"])
+        c.integer(f"{where} length", t["length"], minimum=2)
+        c.number(f"{where} density", t["density"], positive=True)
+        n = t["n_chains"] * t["length"]
+        side = (n / t["density"]) ** (1.0 / 3.0)
+        return {"chains": t}, n, [side] * 3
+    t = dict(c.table(table, where, ("file", "n_atoms"), required=("file",)))
+    c.string(f"{where} file", t["file"])
+    path = Path(t["file"]).expanduser()
+    if not path.is_absolute() and folder is not None:
+        path = Path(folder) / path
+    from .md import read_xyz
+
+    try:
+        frames = read_xyz(path)
+    except FileNotFoundError:
+        raise c.error(f"{where} file", f"no such file {str(path)!r}.") from None
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        raise c.error(f"{where} file", f"{str(path)!r} is not a readable extended XYZ file ({e}).") from None
+    if not frames:
+        raise c.error(f"{where} file", f"{str(path)!r} holds no frame.")
+    frame = frames[0]
+    n = frame.positions.shape[0]
+    if "n_atoms" in t:
+        c.integer(f"{where} n_atoms", t["n_atoms"])
+        if t["n_atoms"] != n:
+            raise c.error(f"{where} n_atoms", f"expected {t['n_atoms']} atoms, but the first frame of "
+                          f"{str(path)!r} holds {n}.")
+    if frame.cell is None or not np.all(frame.pbc):
+        raise c.error(f"{where} file", f"expected a periodic frame with a Lattice (pbc=\"T T T\"), {str(path)!r} "
+                      f"has {'no Lattice' if frame.cell is None else f'pbc={frame.pbc.tolist()}'}.")
+    try:
+        lengths = frame.lengths
+    except ValueError as e:
+        raise c.error(f"{where} file", f"{e}") from None
+    if len(set(frame.symbols)) != 1:
+        raise c.error(f"{where} file", f"expected one species, the file holds {list(frame.species_symbols)}.")
+    if n < 2:
+        raise c.error(f"{where} file", f"expected at least 2 atoms, the file holds {n}.")
+    spec = {"file": t["file"], "path": str(path.resolve()), "has_velocities": frame.velocities is not None}
+    return {"start": spec}, n, [float(x) for x in lengths]
+
+
+def _parse_stages(c: _Check, stages):
+    if isinstance(stages, dict):
+        stages = [stages]
+    if not isinstance(stages, list) or not stages:
+        raise c.expected("[[stage]]", "one or more [[stage]] tables", stages)
+    out = []
+    for k, t in enumerate(stages):
+        label = f"[[stage]] {k + 1}"
+        if not isinstance(t, dict):
+            raise c.expected(label, "a table", t)
+        c.table(t, label, _STAGE, required=("integrator", "dt", "n_steps"))
+        name = t.get("name", f"stage{k + 1}")
+        if not isinstance(name, str) or not name:
+            raise c.expected(f"{label} name", "a non-empty string", name)
+        label = f"{label} ({name})"
+        integrator = c.choice(f"{label} integrator", t["integrator"], INTEGRATORS)
+        dt = c.number(f"{label} dt", t["dt"], positive=True)
+        n_steps = c.integer(f"{label} n_steps", t["n_steps"])
+        values = {}
+        for key in ("temperature", "tau", "friction"):
+            if key in t:
+                if key not in _NEEDS[integrator]:
+                    raise c.error(f"{label} {key}", f"not a parameter of integrator = {integrator!r} (it takes "
+                                  f"{', '.join(_NEEDS[integrator]) or 'none'}).")
+                values[key] = c.number(f"{label} {key}", t[key], positive=key != "friction",
+                                       nonnegative=key == "friction")
+        for key in _NEEDS[integrator]:
+            if key not in values:
+                raise c.error(label, f"missing {key!r}, which integrator = {integrator!r} needs.")
+        chain = 3
+        if "chain_length" in t:
+            if integrator != "nose_hoover":
+                raise c.error(f"{label} chain_length", "only integrator = \"nose_hoover\" takes it.")
+            chain = c.integer(f"{label} chain_length", t["chain_length"])
+        out.append(Stage(name=name, integrator=integrator, dt=dt, n_steps=n_steps, chain_length=chain, **values))
+    names = [s.name for s in out]
+    if len(set(names)) != len(names):
+        raise c.error("[[stage]] name", f"expected distinct stage names, got {names}.")
+    return out
+
+
+def load_md_scenario(path, *, n_steps: int | None = None) -> MDScenario:
+    """Read and validate the MD scenario file `path`; `n_steps` overrides the last stage's length.
+
+    **Raises:** `ScenarioError` naming the file, the key and what was expected.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: no such scenario file.") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ScenarioError(f"{path}: cannot read the scenario file ({e}).") from None
+    scenario = parse_md_scenario(text, str(path), default_name=path.stem, folder=path.parent)
+    return scenario.with_overrides(n_steps=n_steps)

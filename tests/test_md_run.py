@@ -1,0 +1,338 @@
+"""MD scenarios: validation, streamed extended XYZ and thermo CSV, regrowth with replay, resume."""
+
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import sciax.md as md
+from sciax import io as sio
+from sciax.md_run import _rdf_counts, run_md
+from sciax.md_scenario import is_md_scenario, load_md_scenario, parse_md_scenario
+from sciax.scenario import ScenarioError
+
+SIMS = Path(__file__).resolve().parent.parent / "sims"
+
+# 108 WCA atoms (fcc, 3 cells): a Langevin stage, then NVE; chunks of 40 steps, so 4 chunks with
+# the stage change inside the run.
+SMALL = """
+name = "small"
+[md]
+seed = 3
+[lattice]
+kind = "fcc"
+density = 0.8
+cells = 3
+[potential]
+kind = "wca"
+[neighbours]
+skin = 0.95
+{capacity}
+[velocities]
+temperature = 1.5
+[[stage]]
+name = "nvt"
+integrator = "langevin"
+temperature = 1.0
+friction = 1.0
+dt = 0.005
+n_steps = 80
+[[stage]]
+name = "nve"
+integrator = "nve"
+dt = 0.005
+n_steps = 80
+[output]
+thermo_every = 10
+trajectory_every = 20
+rdf_every = 20
+chunk_steps = 40
+unwrapped = true
+plot = false
+"""
+
+
+def _scenario(tmp_path, text, name="s.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return load_md_scenario(path)
+
+
+def _files(folder):
+    return {n: (folder / n).read_bytes() for n in ("trajectory.xyz", "thermo.csv", "rdf.csv")}
+
+
+def _final_carry(folder, scenario):
+    """The checkpoint's carry of a finished run, loaded as the driver does."""
+    meta = sio.checkpoint_meta(folder / "checkpoint.npz")
+    return meta, np.load(folder / "checkpoint.npz")["state"].tobytes()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The small scenario with large capacities, uninterrupted."""
+    tmp = tmp_path_factory.mktemp("md_reference")
+    sc = _scenario(tmp, SMALL.format(capacity="capacity = 80\ncell_capacity = 60"))
+    result = run_md(sc, tmp / "out", progress=False)
+    return sc, tmp / "out", result
+
+
+def test_small_run_outputs(reference):
+    sc, out, result = reference
+    s = result.summary
+    assert result.status == "completed" and s["steps_done"] == 160 and s["regrowths"] == []
+    rows = np.loadtxt(out / "thermo.csv", delimiter=",", skiprows=1)
+    header = (out / "thermo.csv").read_text().splitlines()[0].split(",")
+    assert header[:11] == ["step", "time", "stage", "temperature", "kinetic", "potential", "total", "extended",
+                           "pressure", "volume", "msd"]
+    np.testing.assert_array_equal(rows[:, 0], np.arange(0, 161, 10))
+    np.testing.assert_array_equal(rows[:, 2], [0] * 9 + [1] * 8)
+    assert rows[0, 3] == pytest.approx(1.5, rel=1e-12)  # Maxwell–Boltzmann at exactly T = 1.5
+    # total = kinetic + potential; temperature = 2K / (3N - 3); pressure = (2K + tr W) / (3V)
+    np.testing.assert_allclose(rows[:, 6], rows[:, 4] + rows[:, 5], rtol=1e-14)
+    np.testing.assert_allclose(rows[:, 3], 2 * rows[:, 4] / (3 * 108 - 3), rtol=1e-14)
+    # the step-0 row against the system's own energy and pressure, computed independently
+    b = sc.build()
+    state0 = b.state0
+    assert rows[0, 5] == pytest.approx(float(b.system.potential_energy(state0.positions)), rel=1e-12)
+    assert rows[0, 8] == pytest.approx(float(md.pressure(0.0, state0, b.system)), rel=1e-12)
+    # the trajectory: frames every 20 steps, read back by ASE
+    import ase.io
+
+    frames = ase.io.read(out / "trajectory.xyz", index=":")
+    assert len(frames) == 9
+    assert [f.info["step"] for f in frames] == list(range(0, 161, 20))
+    last = frames[-1]
+    ours = md.read_xyz(out / "trajectory.xyz")[-1]
+    assert last.get_chemical_symbols() == ["X"] * 108 and all(last.pbc)
+    np.testing.assert_array_equal(last.cell.lengths(), np.asarray(b.system.box.lengths))
+    np.testing.assert_array_equal(last.positions, ours.positions)
+    assert ours.unwrapped_positions is not None
+    # the final frame is the run's final state (the checkpoint's carry)
+    meta = sio.checkpoint_meta(out / "checkpoint.npz")
+    assert meta["steps_done"] == 160 and meta["stage"] == 1
+    # the msd column restarts at the NVE stage and equals the unwrapped displacement of the frames
+    assert s["production"]["rdf_frames"] == 4
+    assert s["neighbour_list_builds"] >= 2
+    assert set(s["production"]["mean_and_standard_error"]) >= {"temperature", "pressure", "total", "potential"}
+    assert "extended energy (nve)" in s["conserved"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["n_atoms"] == 108
+    g = np.loadtxt(out / "rdf.csv", delimiter=",", skiprows=1)
+    assert g.shape == (100, 2) and np.all(g[g[:, 0] < 0.8, 1] == 0)
+
+
+def test_final_frame_is_final_state(reference, tmp_path):
+    """The last XYZ frame holds the positions and velocities of the checkpoint's final carry."""
+    sc, out, _ = reference
+    from sciax.md_run import _MDDriver, _Progress
+
+    driver = _MDDriver(sc, sc.build(), out, _Progress("x", 1, None, False))
+    meta = sio.checkpoint_meta(out / "checkpoint.npz")
+    from sciax.md_run import _with_capacities
+
+    driver.system = _with_capacities(driver.system, meta["capacities"])
+    (carry, _), _ = sio.load_checkpoint(out / "checkpoint.npz",
+                                        like=(driver._carry_like(1), jax.ShapeDtypeStruct((108, 3), jnp.float64)))
+    frame = md.read_xyz(out / "trajectory.xyz")[-1]
+    np.testing.assert_array_equal(frame.positions, np.asarray(carry.state.positions))
+    np.testing.assert_array_equal(frame.velocities, np.asarray(carry.state.velocities))
+    np.testing.assert_array_equal(frame.images, np.asarray(carry.state.images))
+
+
+def test_regrowth_replays_bitwise(reference, tmp_path):
+    """Deliberately small capacities overflow, grow and replay: files equal the large run's."""
+    sc_ref, out_ref, _ = reference
+    sc = _scenario(tmp_path, SMALL.format(capacity="capacity = 32"))
+    assert sc.hash() == sc_ref.hash()  # capacities are not physics
+    result = run_md(sc, tmp_path / "out", progress=False)
+    grown = result.summary["regrowths"]
+    assert grown and grown[0]["before"]["capacity"] == 32 and grown[0]["after"]["capacity"] == 64
+    assert grown[0]["in"] == "chunk"  # not the start: the chunk's start carry was reallocated and replayed
+    assert _files(tmp_path / "out") == _files(out_ref)
+    a = np.load(tmp_path / "out" / "checkpoint.npz")
+    b = np.load(out_ref / "checkpoint.npz")
+    meta_a, meta_b = json.loads(str(a["meta"])), json.loads(str(b["meta"]))
+    assert meta_a["steps_done"] == meta_b["steps_done"] == 160
+    assert meta_a["capacities"] != meta_b["capacities"]  # so the carries' list buffers differ in size;
+    # the state (positions, velocities, images) is the first leaves of the carry: compare them
+    from sciax.md_run import _MDDriver, _Progress, _with_capacities
+
+    states = []
+    for out, meta in ((tmp_path / "out", meta_a), (out_ref, meta_b)):
+        d = _MDDriver(sc, sc.build(), out, _Progress("x", 1, None, False))
+        d.system = _with_capacities(d.system, meta["capacities"])
+        (carry, _), _ = sio.load_checkpoint(out / "checkpoint.npz",
+                                            like=(d._carry_like(1), jax.ShapeDtypeStruct((108, 3), jnp.float64)))
+        states.append(carry.state)
+    for name in ("positions", "velocities", "images"):
+        np.testing.assert_array_equal(np.asarray(getattr(states[0], name)), np.asarray(getattr(states[1], name)))
+
+
+def test_resume_bitwise(reference, tmp_path):
+    """Stopped after 1 and after 3 chunks (inside the first stage and inside the second) and
+    resumed: the same files and checkpoint as the uninterrupted run."""
+    sc_ref, out_ref, _ = reference
+    sc = _scenario(tmp_path, SMALL.format(capacity="capacity = 80\ncell_capacity = 60"))
+    out = tmp_path / "out"
+    first = run_md(sc, out, progress=False, max_chunks=1)
+    assert first.status == "interrupted" and first.steps_done == 40
+    # a crash after more rows and frames were appended: resume truncates them back
+    with open(out / "thermo.csv", "a") as f:
+        f.write("999,1,1,1,1,1,1,1,1,1,1\n1000,2,")
+    with open(out / "trajectory.xyz", "a") as f:
+        f.write("108\nLattice=\"1 0 0 0 1 0 0 0 1\"\nX 0 0")
+    second = run_md(sc, out, resume=True, progress=False, max_chunks=2)
+    assert second.steps_done == 120 and second.summary["resumed_from_step"] == 40
+    third = run_md(sc, out, resume=True, progress=False)
+    assert third.status == "completed" and third.steps_done == 160
+    assert _files(out) == _files(out_ref)
+    a, b = np.load(out / "checkpoint.npz"), np.load(out_ref / "checkpoint.npz")
+    np.testing.assert_array_equal(a["state"], b["state"])  # the whole carry, bitwise
+
+
+def test_resume_refuses_changed_physics(reference, tmp_path):
+    sc, out_ref, _ = reference
+    sc2 = _scenario(tmp_path, SMALL.format(capacity="").replace("temperature = 1.0", "temperature = 1.1"))
+    from sciax.runner import ResumeError
+
+    out = tmp_path / "out"
+    run_md(sc, out, progress=False, max_chunks=1)
+    with pytest.raises(ResumeError, match=r"\(stages\.1 nvt\.temperature: 1\.0 -> 1\.1\)"):
+        run_md(sc2, out, resume=True, progress=False)
+
+
+def test_rdf_counts_match_rdf_histogram(key):
+    x, box = md.lattice("fcc", 3, density=0.8)
+    x = np.asarray(box.wrap(x + 0.05 * jax.random.normal(key, x.shape))[0])
+    lengths = np.asarray(box.lengths)
+    system = md.MDSystem(box, md.WCA(), jnp.ones(108))
+    state = md.MDState(jnp.asarray(x), jnp.zeros_like(x))
+    expected = np.asarray(md.rdf_histogram(2.4, 50)(0.0, state, system))
+    np.testing.assert_array_equal(_rdf_counts(x, lengths, 2.4, 50), expected)
+
+
+def _edit(text, old, new):
+    assert old in text, old
+    return text.replace(old, new)
+
+
+def test_lj_melt_first_row_and_ase(tmp_path):
+    """sims/lj_melt.toml at 256 atoms: the first thermo row has LAMMPS's -6.7733681 per atom."""
+    text = (SIMS / "lj_melt.toml").read_text()
+    text = _edit(text, "cells = 10", "cells = 4")
+    text = _edit(text, "n_steps = 1000", "n_steps = 100")
+    text = _edit(text, "trajectory_every = 500", "trajectory_every = 50")
+    text = _edit(text, "chunk_steps = 500", "chunk_steps = 100")
+    sc = _scenario(tmp_path, text)
+    result = run_md(sc, tmp_path / "out", progress=False)
+    rows = np.loadtxt(tmp_path / "out" / "thermo.csv", delimiter=",", skiprows=1)
+    assert rows[0, 5] / 256 == pytest.approx(-6.7733681, abs=5e-8)
+    assert rows[0, 3] == pytest.approx(3.0, rel=1e-12)
+    assert result.summary["steps_done"] == 100
+    import ase.io
+
+    frames = ase.io.read(tmp_path / "out" / "trajectory.xyz", index=":")
+    assert [f.info["step"] for f in frames] == [0, 50, 100]
+    assert frames[0].get_chemical_symbols() == ["Ar"] * 256
+    x0, _ = md.lattice("fcc", 4, density=0.8442, dtype=jnp.float64)
+    np.testing.assert_array_equal(frames[0].positions, np.asarray(x0))
+
+
+def test_lj_fluid_reduced(tmp_path):
+    """sims/lj_fluid.toml at 256 atoms and a few hundred steps: runs end to end with plots."""
+    text = (SIMS / "lj_fluid.toml").read_text()
+    text = _edit(text, "cells = 8", "cells = 4")
+    text = _edit(text, "n_steps = 2000", "n_steps = 100")
+    text = _edit(text, "n_steps = 4000", "n_steps = 200")
+    text = _edit(text, "trajectory_every = 500", "trajectory_every = 100")
+    text = _edit(text, "chunk_steps = 1000", "chunk_steps = 100")
+    sc = _scenario(tmp_path, text)
+    result = run_md(sc, tmp_path / "out", progress=False)
+    out = tmp_path / "out"
+    for name in ("thermo.png", "rdf.png", "msd.png", "rdf.csv", "summary.json"):
+        assert (out / name).exists(), name
+    rows = np.loadtxt(out / "thermo.csv", delimiter=",", skiprows=1)
+    assert rows.shape == (16, 11)
+    import ase.io
+
+    assert len(ase.io.read(out / "trajectory.xyz", index=":")) == 4
+    assert result.summary["production"]["diffusion_coefficient"] > 0
+
+
+# --------------------------------------------------------------------------- validation
+
+_BAD = [
+    (lambda t: _edit(t, 'kind = "wca"', 'kind = "lj"\ncutoff = 3.0'), r"\[potential\] cutoff: the cutoff \(3\) plus "
+     r"\[neighbours\] skin \(0\.95\) = 3\.95 must be below half the smallest box side"),
+    (lambda t: _edit(t, 'kind = "wca"', 'kind = "morse"'), r"\[potential\] kind: expected one of 'lj', 'wca', got "
+     r"'morse'"),
+    (lambda t: _edit(t, "temperature = 1.5", "temperature = -1.5"),
+     r"\[velocities\] temperature: expected a non-negative finite number, got -1\.5"),
+    (lambda t: _edit(t, "temperature = 1.0", "temperature = -1.0"),
+     r"\[\[stage\]\] 1 \(nvt\) temperature: expected a positive finite number, got -1\.0"),
+    (lambda t: _edit(t, 'integrator = "langevin"', 'integrator = "berendsen"'),
+     r"\[\[stage\]\] 1 \(nvt\) integrator: expected one of 'nve', 'langevin'"),
+    (lambda t: _edit(t, "friction = 1.0\n", ""), r"\[\[stage\]\] 1 \(nvt\): missing 'friction'"),
+    (lambda t: _edit(t, "n_steps = 80\n[[stage]]", "n_steps = 85\n[[stage]]"),
+     r"\[\[stage\]\] 1 \(nvt\) n_steps: expected a multiple of \[output\] thermo_every and trajectory_every \(20\), "
+     r"got 85"),
+    (lambda t: _edit(t, "skin = 0.95", "skn = 0.95"), r"\[neighbours\] skn: unknown key; valid keys: skin"),
+]
+
+
+@pytest.mark.parametrize("edit, message", _BAD)
+def test_invalid_scenarios(tmp_path, edit, message):
+    text = edit(SMALL.format(capacity=""))
+    with pytest.raises(ScenarioError, match=message) as info:
+        _scenario(tmp_path, text)
+    assert str(info.value).startswith(str(tmp_path / "s.toml") + ": ")
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_start_file(tmp_path):
+    """An extended XYZ start: its atoms counted, velocities taken, positions outside the box wrapped
+    with their images kept; a wrong count is refused naming [start] n_atoms."""
+    x, box = md.lattice("fcc", 3, density=0.8, dtype=jnp.float64)
+    v = md.maxwell_boltzmann(jnp.ones(108), 1.0, key=jax.random.key(1))
+    shifted = np.asarray(x).copy()
+    shifted[0, 0] += float(box.lengths[0])  # one atom an image away
+    md.write_xyz(tmp_path / "start.xyz", shifted, velocities=v, box=box)
+    base = SMALL.format(capacity="")
+    base = _edit(base, '[lattice]\nkind = "fcc"\ndensity = 0.8\ncells = 3', '[start]\nfile = "start.xyz"')
+    base = _edit(base, "[velocities]\ntemperature = 1.5\n", "")
+    with pytest.raises(ScenarioError, match=r"\[start\] n_atoms: expected 100 atoms, but the first frame of .*"
+                                            r"start.xyz' holds 108"):
+        _scenario(tmp_path, _edit(base, 'file = "start.xyz"', 'file = "start.xyz"\nn_atoms = 100'))
+    sc = _scenario(tmp_path, _edit(base, 'file = "start.xyz"', 'file = "start.xyz"\nn_atoms = 108'))
+    b = sc.build()
+    np.testing.assert_array_equal(np.asarray(b.state0.positions), np.asarray(x))
+    np.testing.assert_array_equal(np.asarray(b.state0.velocities), np.asarray(v))
+    assert int(b.state0.images[0, 0]) == 1 and int(jnp.abs(b.state0.images).sum()) == 1
+    with pytest.raises(ScenarioError, match=r"\[start\] file: no such file"):
+        _scenario(tmp_path, _edit(base, 'file = "start.xyz"', 'file = "missing.xyz"'))
+
+
+def test_is_md_scenario(tmp_path):
+    (tmp_path / "a.toml").write_text(SMALL.format(capacity=""))
+    assert is_md_scenario(tmp_path / "a.toml")
+    assert not is_md_scenario(SIMS / "lorenz.toml")
+    assert is_md_scenario(SIMS / "lj_melt.toml") and is_md_scenario(SIMS / "lj_fluid.toml")
+
+
+def test_n_steps_override(tmp_path):
+    sc = _scenario(tmp_path, SMALL.format(capacity=""))
+    assert sc.with_overrides(n_steps=40).n_steps == 120
+    with pytest.raises(ScenarioError, match=r"--n-steps: expected a positive multiple of 20"):
+        sc.with_overrides(n_steps=30)
+
+
+def test_parse_needs_one_start():
+    with pytest.raises(ScenarioError, match=r"top level: expected exactly one of the tables \[lattice\], \[start\] "
+                                            r"and \[chains\]"):
+        parse_md_scenario(SMALL.format(capacity="").replace("[lattice]", "[chains]\nn_chains=2\nlength=3\n"
+                                                             "density=0.8\n[lattice]"), "x.toml")
