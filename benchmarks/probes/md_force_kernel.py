@@ -33,7 +33,7 @@ import time
 
 sys.path.insert(0, ".")
 # isort: off
-import sciax  # noqa: F401  (first: its XLA CPU flags apply before JAX starts)
+import sciax  # noqa: F401  (first, as a user script would: any settings it applies at import come before JAX starts)
 import jax
 import jax.numpy as jnp
 import numpy as np
