@@ -35,7 +35,7 @@ from ._fit import (
 from ._phase_space import PhaseSpace as PhaseSpace
 from ._rollout import AbstractRollout as AbstractRollout, Simulate as Simulate, Solve as Solve
 from ._simulate import simulate as simulate
-from ._solve import solve as solve
+from ._solve import MaxStepsError as MaxStepsError, solve as solve
 from ._trajectory import Trajectory as Trajectory
 from ._validation import astype as astype
 from ._version import __version__ as __version__

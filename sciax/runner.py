@@ -13,8 +13,9 @@ Files in the output folder (default `runs/<scenario name>/`):
 - `summary.json`: status, wall time, steps, steps/s, precision, drift of conserved quantities.
 - `checkpoint.npz`, `chunks/`: the integrator's whole loop carry after the last completed chunk
   (the state plus what the integrator keeps between steps; the initial state before the first
-  chunk) and the frames of each chunk; `sciax run --resume` continues from them. `chunks/` is merged into `trajectory.npz`
-  after every run and may be deleted once a run is complete (the run then cannot be extended).
+  chunk) and the frames of each chunk; `sciax run --resume` continues from them. `chunks/` is
+  merged into `trajectory.npz` after every run and may be deleted once a run is complete (the
+  run then cannot be extended).
 
 Each chunk is one `simulate` call of `chunk_steps` steps (compiled once; a shorter last chunk
 compiles once more). Every chunk continues the global step count: step `n` of the run uses time
