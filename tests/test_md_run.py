@@ -336,3 +336,88 @@ def test_parse_needs_one_start():
                                             r"and \[chains\]"):
         parse_md_scenario(SMALL.format(capacity="").replace("[lattice]", "[chains]\nn_chains=2\nlength=3\n"
                                                              "density=0.8\n[lattice]"), "x.toml")
+
+
+def test_kremer_grest_reduced(tmp_path):
+    """sims/kremer_grest.toml with 4 chains of 10 beads: chains on the grid (bonds one spacing
+    long), FENE + WCA energies at step 0 against the system's, and <R_ee^2> against the unwrapped
+    positions of the last frame."""
+    from sciax.md_scenario import chain_configuration
+
+    x, lengths, chains = chain_configuration(4, 10, 0.85)
+    bonds = np.linalg.norm(np.diff(x[chains], axis=1), axis=-1)
+    np.testing.assert_allclose(bonds, lengths[0] / 4, rtol=1e-12)  # 40 beads: 4 sites per side
+    d = x[:, None] - x[None]
+    assert np.min(np.linalg.norm(d, axis=-1)[~np.eye(40, dtype=bool)]) == pytest.approx(lengths[0] / 4)
+    text = (SIMS / "kremer_grest.toml").read_text()
+    text = _edit(text, "n_chains = 20\nlength = 25", "n_chains = 12\nlength = 10")
+    text = _edit(text, "n_steps = 4000", "n_steps = 100")
+    text = _edit(text, "n_steps = 10000", "n_steps = 100")
+    text = _edit(text, "trajectory_every = 1000", "trajectory_every = 100")
+    text = _edit(text, "chunk_steps = 2000", "chunk_steps = 100")
+    sc = _scenario(tmp_path, text)
+    run_md(sc, tmp_path / "out", progress=False)
+    header = (tmp_path / "out" / "thermo.csv").read_text().splitlines()[0].split(",")
+    rows = np.loadtxt(tmp_path / "out" / "thermo.csv", delimiter=",", skiprows=1)
+    assert header[-1] == "end_to_end2" and rows.shape == (5, 12)
+    b = sc.build()
+    assert rows[0, 5] == pytest.approx(float(b.system.potential_energy(b.state0.positions)), rel=1e-12)
+    assert rows[0, 8] == pytest.approx(float(md.pressure(0.0, b.state0, b.system)), rel=1e-12)
+    frame = md.read_xyz(tmp_path / "out" / "trajectory.xyz")[-1]
+    ends = frame.unwrapped_positions[b.bond_chains[:, -1]] - frame.unwrapped_positions[b.bond_chains[:, 0]]
+    assert rows[-1, -1] == pytest.approx(np.mean(np.sum(ends**2, axis=-1)), rel=1e-12)
+    x0 = np.asarray(b.state0.positions)
+    ends0 = x0[b.bond_chains[:, -1]] - x0[b.bond_chains[:, 0]]
+    assert rows[0, -1] == pytest.approx(np.mean(np.sum(ends0**2, axis=-1)), rel=1e-12)
+
+
+def test_real_units_float32(tmp_path):
+    """Argon in real units (Å, eV, amu, ps, K) in float32: the first row's temperature in K and
+    pressure in bar, against sciax.md.units conversions of the system's own values."""
+    text = """
+[md]
+units = "real"
+precision = "float32"
+mass = 39.948
+symbol = "Ar"
+[lattice]
+kind = "fcc"
+lattice_constant = 5.4
+cells = 4
+[potential]
+kind = "lj"
+epsilon = 0.0103
+sigma = 3.4
+cutoff = 8.5
+shift = "energy"
+[neighbours]
+skin = 1.0
+[velocities]
+temperature = 90.0
+[[stage]]
+integrator = "nose_hoover"
+temperature = 90.0
+tau = 0.1
+dt = 0.002
+n_steps = 20
+[output]
+thermo_every = 10
+trajectory_every = 10
+chunk_steps = 20
+plot = false
+"""
+    sc = _scenario(tmp_path, text)
+    b = sc.build()
+    assert b.state0.positions.dtype == jnp.float32
+    run_md(sc, tmp_path / "out", progress=False)
+    rows = np.loadtxt(tmp_path / "out" / "thermo.csv", delimiter=",", skiprows=1)
+    assert rows[0, 3] == pytest.approx(90.0, rel=1e-5)  # K
+    p = float(md.pressure(0.0, b.state0, b.system)) * md.units.EV_PER_A3_IN_BAR
+    assert rows[0, 8] == pytest.approx(p, rel=1e-5)  # bar
+    k = float(md.kinetic_energy(0.0, b.state0, b.system))
+    assert rows[0, 4] == pytest.approx(k, rel=1e-6)  # eV
+    assert k == pytest.approx(1.5 * 255 * md.units.kT_from_kelvin(90.0), rel=1e-5)
+    import ase.io
+
+    frames = ase.io.read(tmp_path / "out" / "trajectory.xyz", index=":")
+    assert len(frames) == 3 and frames[-1].info["step"] == 20
