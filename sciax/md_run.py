@@ -458,18 +458,11 @@ class _MDDriver:
         potential = thermo["potential"].astype(np.float64)
         positions = np.asarray(states.positions)
         images = np.asarray(states.images)
-        finite = np.isfinite(kinetic) & np.isfinite(potential) & np.all(np.isfinite(positions), axis=(1, 2))
-        if not finite.all():
-            bad = int(np.argmax(~finite))
-            step = self.starts[self.stage] + int(local_steps[bad])
-            self._finalize("non-finite")
-            err = NonFiniteStateError(
-                f"{self.sc.name}: the state became non-finite (NaN/Inf) by step {step} (stage {stage.name!r}); the "
-                f"outputs up to step {self.steps_done} are in {self.root}/. Reduce the stage's dt or check the "
-                "start configuration.", frame=bad, time=float(self.times[self.stage] + local_steps[bad] * stage.dt))
-            err.step = step
-            err.out_dir = self.root
-            raise err
+        # a run that blew up: NaN/Inf, or positions so large that wrapping them lost the box
+        inside = np.all((positions >= 0) & (positions < self.lengths.astype(positions.dtype)), axis=(1, 2))
+        finite = np.isfinite(kinetic) & np.isfinite(potential) & inside
+        bad = None if finite.all() else int(np.argmax(~finite))
+        end = len(heat) if bad is None else bad  # the frames written: up to the first bad one
         extended = kinetic + potential + heat
         if self.local == 0:
             self.stage_start_extended[self.stage] = float(extended[0])
@@ -485,8 +478,8 @@ class _MDDriver:
             ch = self.b.bond_chains
             ends = unwrapped[:, ch[:, -1]] - unwrapped[:, ch[:, 0]]
             cols.append(np.mean(np.sum(ends**2, axis=-1), axis=-1))
-        rows = np.stack(cols, axis=1)[keep]
-        if self.stage == len(self.sc.stages) - 1:
+        rows = np.stack(cols, axis=1)[keep.start:end]
+        if self.stage == len(self.sc.stages) - 1 and bad is None:
             for k in range(keep.start, len(heat)):
                 if int(local_steps[k] + self.starts[self.stage]) % out.rdf_every:
                     continue
@@ -495,7 +488,7 @@ class _MDDriver:
         text = ""
         if out.trajectory_every:
             buffer = io.StringIO()
-            for k in range(keep.start, len(heat)):
+            for k in range(keep.start, end):
                 if int(local_steps[k] + self.starts[self.stage]) % out.trajectory_every:
                     continue
                 state = MDState(positions[k], np.asarray(states.velocities[k]), images[k])
@@ -506,8 +499,23 @@ class _MDDriver:
         if text:
             self.sizes[FILES["trajectory"]] = _append(self.path["trajectory"], text.encode())
         self.sizes[FILES["thermo"]] = sio.append_csv_rows(self.path["thermo"], rows, digits=self.digits)
+        if bad is not None:  # the finite frames are written (beyond the checkpoint: --resume drops them)
+            self._blew_up(bad, local_steps)
         self.local += n
         self.steps_done += n
+
+    def _blew_up(self, bad, local_steps):
+        stage = self.sc.stages[self.stage]
+        step = self.starts[self.stage] + int(local_steps[bad])
+        self._finalize("non-finite")
+        err = NonFiniteStateError(
+            f"{self.sc.name}: the run blew up (NaN/Inf, or atoms flung out of the box) by step {step} (stage "
+            f"{stage.name!r}); the frames before it are in {self.root}/ (the checkpoint is at step "
+            f"{self.steps_done}). Reduce the stage's dt or check the start configuration.",
+            frame=bad, time=float(self.times[self.stage] + local_steps[bad] * stage.dt))
+        err.step = step
+        err.out_dir = self.root
+        raise err
 
     # ------------------------------------------------------------------ outputs
 

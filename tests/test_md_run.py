@@ -421,3 +421,68 @@ plot = false
 
     frames = ase.io.read(tmp_path / "out" / "trajectory.xyz", index=":")
     assert len(frames) == 3 and frames[-1].info["step"] == 20
+
+
+def test_sigkill_then_resume_via_cli(reference, tmp_path):
+    """A real `sciax run` of an MD scenario killed with SIGKILL mid-run leaves parseable files of
+    whole frames and rows; `--resume` completes it, equal byte for byte to an uninterrupted run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from sciax.cli import main
+
+    path = tmp_path / "long.toml"
+    path.write_text(_edit(SMALL.format(capacity=""), "n_steps = 80\n[output]", "n_steps = 1000000\n[output]"))
+    out = tmp_path / "out"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    process = subprocess.Popen([sys.executable, "-m", "sciax.cli", "run", str(path), "--out", str(out),
+                                "--no-compilation-cache", "--quiet"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 300
+    try:
+        while True:
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "no checkpoint past step 80 in time"
+            try:
+                if sio.checkpoint_meta(out / "checkpoint.npz")["steps_done"] >= 80:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.05)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+    assert not (out / "summary.json").exists()
+    rows = np.loadtxt(out / "thermo.csv", delimiter=",", skiprows=1)  # whole rows only
+    assert rows.shape[1] == 11 and np.all(np.diff(rows[:, 0]) == 10)
+    frames = md.read_xyz(out / "trajectory.xyz")  # whole frames only
+    assert [f.step for f in frames] == list(range(0, 20 * len(frames), 20))
+    done = sio.checkpoint_meta(out / "checkpoint.npz")["steps_done"]
+    assert 80 <= done < 2080
+    assert main(["run", str(path), "--out", str(out), "--resume", "--n-steps", "2000", "--quiet",
+                 "--no-compilation-cache"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["resumed_from_step"] == done
+    sc = _scenario(tmp_path, SMALL.format(capacity=""), "whole.toml").with_overrides(n_steps=2000)
+    run_md(sc, tmp_path / "whole", progress=False)
+    assert _files(out) == _files(tmp_path / "whole")
+
+
+def test_blow_up_is_reported(tmp_path):
+    """dt = 0.08 flings atoms apart: NonFiniteStateError naming the step, a 'non-finite' summary,
+    and the files up to the last checkpoint."""
+    from sciax._errors import NonFiniteStateError
+
+    sc = _scenario(tmp_path, SMALL.format(capacity="").replace("dt = 0.005", "dt = 0.08"))
+    with pytest.raises(NonFiniteStateError, match=r"small: the run blew up \(NaN/Inf, or atoms flung out of the "
+                                                  r"box\) by step \d+ \(stage 'nvt'\)") as info:
+        run_md(sc, tmp_path / "out", progress=False)
+    assert 0 < info.value.step <= 40
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["status"] == "non-finite"
+    rows = np.loadtxt(tmp_path / "out" / "thermo.csv", delimiter=",", skiprows=1, ndmin=2)
+    assert rows[:, 0].tolist() == list(range(0, info.value.step, 10))  # every finite frame before it
+    assert np.all(np.isfinite(rows))
