@@ -533,7 +533,7 @@ class _MDDriver:
             with sio.atomic_write(self.path["rdf"], "w") as f:
                 f.write("r,g\n" + "".join(f"{a!r},{b!r}\n" for a, b in zip(r.tolist(), g.tolist())))
             files.append(FILES["rdf"])
-        diffusion = _diffusion(rows, last) if rows is not None else None
+        diffusion = _diffusion(rows, last, self.times[last]) if rows is not None else None
         plot_error = None
         if self.sc.output.plot and rows is not None and len(rows):
             try:
@@ -652,15 +652,18 @@ def _mean_error(values) -> dict:
             "n_values": len(values), "n_blocks": n_blocks}
 
 
-def _diffusion(rows, stage):
-    """D from the MSD of the last stage's rows (Einstein fit over its second half)."""
+def _diffusion(rows, stage, t_start):
+    """D from the MSD of the last stage's rows (Einstein fit over its second half); times from the
+    stage's start `t_start`, where the MSD is 0."""
     from .md import diffusion_coefficient
 
     these = rows[rows[:, 2] == stage]
     if len(these) < 4:
         return None
-    t = these[:, 1] - these[0, 1]
+    t = these[:, 1] - t_start
     msd = these[:, COLUMNS.index("msd")]
+    if t[0] > 0:  # the stage's first row is its second frame: its start (MSD 0) is the previous stage's last
+        t, msd = np.concatenate([[0.0], t]), np.concatenate([[0.0], msd])
     try:
         fit = diffusion_coefficient(t, msd, t_min=0.5 * t[-1])
     except ValueError:
