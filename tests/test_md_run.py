@@ -523,3 +523,34 @@ def test_thermo_observable_is_capacity_independent(key, dtype):
     np.testing.assert_allclose(values[0][0], exact.energy, rtol=rtol)
     np.testing.assert_allclose(values[0][1], np.trace(exact.virial), rtol=rtol)
     np.testing.assert_allclose(out["kinetic"], 0.5 * np.sum(np.asarray(v, np.float64) ** 2), rtol=rtol)
+
+
+def test_ctrl_c_packages_the_checkpoint_and_resumes(reference, tmp_path, monkeypatch):
+    """Ctrl-C (or SIGTERM, which the command line turns into the same) while a chunk is being
+    stored: the files go back to the checkpoint, the summary says 'interrupted', and --resume
+    gives the uninterrupted run's files."""
+    from sciax.md_run import _MDDriver
+
+    _, out_ref, _ = reference
+    sc = _scenario(tmp_path, SMALL.format(capacity="capacity = 80\ncell_capacity = 60"))
+    original = _MDDriver._store
+    calls = []
+
+    def store(self, traj, n):
+        calls.append(n)
+        if len(calls) == 3:
+            sio.append_csv_rows(self.path["thermo"], np.ones((2, 11)))  # half-stored when interrupted
+            raise KeyboardInterrupt
+        return original(self, traj, n)
+
+    monkeypatch.setattr(_MDDriver, "_store", store)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        run_md(sc, out, progress=False)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["steps_done"] == 80
+    rows = np.loadtxt(out / "thermo.csv", delimiter=",", skiprows=1)
+    assert rows[-1, 0] == 80
+    monkeypatch.setattr(_MDDriver, "_store", original)
+    assert run_md(sc, out, resume=True, progress=False).status == "completed"
+    assert _files(out) == _files(out_ref)
