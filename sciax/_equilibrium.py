@@ -7,7 +7,6 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
-from ._compile.gc_threshold import with_fewer_collections
 from ._errors import StateMismatchError
 from ._optimistix_solvers import BFGS
 from ._validation import (
@@ -37,7 +36,6 @@ class Equilibrium(eqx.Module):
     converged: jax.Array
 
 
-@with_fewer_collections
 def equilibrium(
     system: AbstractHamiltonian,
     positions0,

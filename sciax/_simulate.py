@@ -17,7 +17,6 @@ from ._adjoint import AbstractAdjoint, CheckpointAdjoint, ReversibleAdjoint
 from ._compile.async_dispatch import async_filter_jit
 from ._compile.callable_key import by_code
 from ._compile.cpu_fusion import fuse_cotangents, fuse_values
-from ._compile.gc_threshold import with_fewer_collections
 from ._errors import NonFiniteStateError
 from ._trajectory import Trajectory
 from ._validation import (
@@ -34,7 +33,6 @@ from .integrators._base import AbstractIntegrator
 from .systems._base import AbstractHamiltonian, AbstractODE, AbstractSDE
 
 
-@with_fewer_collections
 def simulate(
     system,
     state0=None,
@@ -136,7 +134,7 @@ def simulate(
     check_time_scalar("simulate", "t0", t0, dtype)
     problem = time_resolution_problem(t0, dt, step_offset, n_steps, save_every, dtype)  # host values, unconverted
     if problem:
-        warnings.warn(f"simulate: {problem}", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"simulate: {problem}", RuntimeWarning, stacklevel=2)
     dt = jnp.asarray(dt, dtype=dtype)
     t0 = jnp.asarray(t0, dtype=dtype)
     observables = {name: by_code(fn) for name, fn in (observables or {}).items()}  # a new lambda: no recompile
@@ -382,7 +380,7 @@ class _Frames(eqx.Module):
             step_key = None if key is None else jr.fold_in(key, n)
             if not self.componentwise:
                 return self.integrator.step(system, self.time(t0, dt, n), carry, dt, step_key, args), None
-            # One XLA:CPU loop per step for all components, going forward and backward (`_fusion`).
+            # One XLA:CPU loop per step for all components, going forward and backward (`_compile/cpu_fusion.py`).
             # The system joins the state's hint only when the step is rematerialised: a hint
             # mixing loop-invariant parameters with the state makes everything computed from the
             # parameters per-step work (and a per-step residual) when the scan is partially

@@ -13,7 +13,6 @@ import numpy as np
 
 from ._adjoint import forward_only
 from ._compile.callable_key import by_code
-from ._compile.gc_threshold import with_fewer_collections
 from ._trajectory import Trajectory
 from ._validation import (
     check_derivative,
@@ -62,7 +61,6 @@ AdjointName = Literal["recursive_checkpoint", "backsolve", "direct", "forward"]
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-8, 1e-10  # the adaptive defaults everywhere (`solve`, `Solve`)
 
 
-@with_fewer_collections
 def solve(
     system,
     state0,

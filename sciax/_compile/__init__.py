@@ -27,6 +27,4 @@ another file:
   `eqx.error_if` failure met while reading outputs with its message. On CPU it buys nothing
   measurable: `sciax run sims/lorenz.toml` 0.717 s against 0.725 s, a sweep in 8 chunks
   0.556 s against 0.561 s; accelerators (a chunk's copy overlapping the next chunk) not measured.
-- `gc_threshold`: CPython's young-generation collection threshold raised while a call traces and
-  compiles. The `fit` suite's first fit: 1.000 s with, 1.113 s without (below the bar).
 """

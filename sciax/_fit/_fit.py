@@ -9,7 +9,6 @@ import jax.tree_util as jtu
 import numpy as np
 
 from .._compile.callable_key import by_code
-from .._compile.gc_threshold import with_fewer_collections
 from .._rollout import AbstractRollout
 from .._validation import check_precision, describe, refuse_tracers, state_dtype, to_device
 from ..systems._base import AbstractODE
@@ -27,7 +26,6 @@ from ._unknowns import (
 )
 
 
-@with_fewer_collections
 def fit(
     system,
     state0,
@@ -89,7 +87,7 @@ def fit(
       scalar loss), or an Optimistix least-squares solver / minimiser instance. A solver named
       by string is Optimistix's, made to stop also when it rejects a step that is within the
       tolerance on the parameters and whose predicted change of the loss is within round-off
-      (`sciax/_solvers.py`): Optimistix alone tests only accepted steps, and at tight
+      (`sciax/_optimistix_solvers.py`): Optimistix alone tests only accepted steps, and at tight
       tolerances on noisy data it rejected steps at the optimum until `max_steps` (seen under
       jax 0.10.0). An instance is used as given.
     - `jacobian`: `"auto"` (forward mode when the unknowns are no more than the residuals,

@@ -92,7 +92,7 @@ FAST_CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_
 COMPILATIONS = ("auto", "optimised", "fast")
 
 # `compilation="auto"` compiles quickly (`"fast"`) when a fit that runs to its step limit is
-# estimated at no more than this many operations (`sciax._cost.operation_count` of the
+# estimated at no more than this many operations (`sciax._compile.operation_count` of the
 # residuals, times the passes of one step, times `max_steps`). Measured, one core, float64, per
 # operation of that estimate: the quick compile runs 0.95-3.5 ns slower (Lorenz, damped
 # oscillator, mass-spring lattice) and saves 1.7-3.5 s of compiling (on a machine 2-4x slower

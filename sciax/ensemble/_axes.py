@@ -325,7 +325,7 @@ def warn_merged_coordinates(axis: ResolvedAxis):
                 f"sweep: axis {axis.name!r}: in {axis.values.dtype}, the precision of its target, {count} onto "
                 f"another (e.g. {show(other)!r} and {show(c)!r} are both {show(v)!r}), so those grid members run "
                 f"one value under two labels. Give values that differ in {axis.values.dtype}, or run in float64.",
-                RuntimeWarning, stacklevel=5)  # the caller of sweep
+                RuntimeWarning, stacklevel=4)  # the caller of sweep
             return
 
 

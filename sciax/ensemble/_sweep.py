@@ -23,7 +23,6 @@ import jax.tree_util as jtu
 import numpy as np
 
 from .._compile.callable_key import by_code
-from .._compile.gc_threshold import with_fewer_collections
 from .._rollout import AbstractRollout, Solve
 from .._validation import describe, refuse_tracers
 from . import _chunking, _devices, _ordering
@@ -33,7 +32,6 @@ from ._reductions import Streaming, resolve_reductions
 from ._result import MEMBER, SweepResult
 
 
-@with_fewer_collections
 def sweep(
     system,
     state0,
