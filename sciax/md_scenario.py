@@ -515,7 +515,7 @@ def parse_md_scenario(text: str, source: str = "<scenario>", *, default_name: st
     else:
         for key in ("cutoff", "shift"):
             if key in pot:
-                raise c.error(f"[potential] {key}", f"not used by kind = \"wca\" (its cutoff is 2^(1/6) sigma); "
+                raise c.error(f"[potential] {key}", "not used by kind = \"wca\" (its cutoff is 2^(1/6) sigma); "
                               "remove it.")
         pot["cutoff"] = WCA_CUTOFF * pot["sigma"]
         pot["shift"] = "energy"
