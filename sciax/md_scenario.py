@@ -11,7 +11,8 @@ units = "lj"                          # "lj" (reduced: σ, ε, m, τ) or "real" 
 precision = "float64"                 # or "float32"
 seed = 0                              # velocities and thermostat noise, 0 <= seed < 2**32
 mass = 1.0                            # per atom (m; amu in real units)
-symbol = "Ar"                         # the species' symbol in the trajectory (default "X")
+symbol = "Ar"                         # the species' symbol in the trajectory (default: the start
+                                      # file's, else "X")
 
 [lattice]                             # exactly one of [lattice], [start], [chains]
 kind = "fcc"                          # "sc", "bcc" or "fcc"
@@ -31,7 +32,7 @@ cells = 10                            # cells per side, or [nx, ny, nz]
 kind = "lj"                           # "lj" or "wca"
 epsilon = 1.0                         # ε (eV in real units)
 sigma = 1.0                           # σ (Å in real units)
-cutoff = 2.5                          # lj only (σ units... length units); wca cuts at 2^(1/6) σ
+cutoff = 2.5                          # lj only (length units); wca cuts at 2^(1/6) σ
 shift = "none"                        # lj: "none", "energy" or "force"
 
 # [bonds]                             # with [chains]: FENE bonds (k in ε/σ², r0 in σ)
@@ -492,15 +493,14 @@ def parse_md_scenario(text: str, source: str = "<scenario>", *, default_name: st
     if seed >= 2**32:
         raise c.error("[md] seed", f"expected an integer below 2**32, got {seed}.")
     c.number("[md] mass", md.setdefault("mass", 1.0), positive=True)
-    symbol = md.setdefault("symbol", "X")
-    if not isinstance(symbol, str) or not symbol.isalpha():
-        raise c.expected("[md] symbol", 'a chemical symbol of letters, e.g. "Ar"', symbol)
-
     forms = [k for k in ("lattice", "start", "chains") if k in data]
     if len(forms) != 1:
         raise c.error("top level", "expected exactly one of the tables [lattice], [start] and [chains] (the "
                       f"initial configuration), got {', '.join(f'[{f}]' for f in forms) or 'none'}.")
     start, n_atoms, lengths = _parse_start(c, forms[0], data[forms[0]], folder)
+    symbol = md.setdefault("symbol", start["start"]["symbol"] if "start" in start else "X")
+    if not isinstance(symbol, str) or not symbol.isalpha():
+        raise c.expected("[md] symbol", 'a chemical symbol of letters, e.g. "Ar"', symbol)
 
     pot = dict(c.table(data["potential"], "[potential]", ("kind", "epsilon", "sigma", "cutoff", "shift"),
                        required=("kind",)))
@@ -661,7 +661,8 @@ def _parse_start(c: _Check, form: str, table, folder):
         raise c.error(f"{where} file", f"expected one species, the file holds {list(frame.species_symbols)}.")
     if n < 2:
         raise c.error(f"{where} file", f"expected at least 2 atoms, the file holds {n}.")
-    spec = {"file": t["file"], "path": str(path.resolve()), "has_velocities": frame.velocities is not None}
+    spec = {"file": t["file"], "path": str(path.resolve()), "has_velocities": frame.velocities is not None,
+            "symbol": frame.symbols[0]}
     return {"start": spec}, n, [float(x) for x in lengths]
 
 

@@ -307,7 +307,7 @@ def test_start_file(tmp_path):
     v = md.maxwell_boltzmann(jnp.ones(108), 1.0, key=jax.random.key(1))
     shifted = np.asarray(x).copy()
     shifted[0, 0] += float(box.lengths[0])  # one atom an image away
-    md.write_xyz(tmp_path / "start.xyz", shifted, velocities=v, box=box)
+    md.write_xyz(tmp_path / "start.xyz", shifted, velocities=v, box=box, symbols=("Kr",))
     base = SMALL.format(capacity="")
     base = _edit(base, '[lattice]\nkind = "fcc"\ndensity = 0.8\ncells = 3', '[start]\nfile = "start.xyz"')
     base = _edit(base, "[velocities]\ntemperature = 1.5\n", "")
@@ -316,6 +316,7 @@ def test_start_file(tmp_path):
         _scenario(tmp_path, _edit(base, 'file = "start.xyz"', 'file = "start.xyz"\nn_atoms = 100'))
     sc = _scenario(tmp_path, _edit(base, 'file = "start.xyz"', 'file = "start.xyz"\nn_atoms = 108'))
     b = sc.build()
+    assert b.symbols == ("Kr",)
     np.testing.assert_array_equal(np.asarray(b.state0.positions), np.asarray(x))
     np.testing.assert_array_equal(np.asarray(b.state0.velocities), np.asarray(v))
     assert int(b.state0.images[0, 0]) == 1 and int(jnp.abs(b.state0.images).sum()) == 1
