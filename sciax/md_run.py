@@ -14,6 +14,8 @@ Files in the output folder (default `runs/<name>/`):
   neighbour list and its reference positions) and the unwrapped positions at the start of the
   stage, with a JSON record: the global step, the stage and its step, the neighbour
   capacities, the byte sizes of `trajectory.xyz` and `thermo.csv`, the RDF counts so far.
+  Random numbers need no state: stage k's key is `fold_in(key(seed), k)` and step n of the
+  stage uses `fold_in(stage key, n)`, whatever the chunking.
 
 Per chunk: `simulate` (frames every `thermo_every` steps; the thermo observable rebuilds the
 neighbour list at the frame, so its energies are those of a fresh list); if a buffer overflowed
