@@ -343,7 +343,6 @@ def run(ctx) -> SuiteResult:
     missing = _availability()
     per_atom_step: dict[str, float] = {}  # impl|precision -> seconds per atom-step (cost cap)
     references: dict[int, float] = {}  # size -> NumPy float64 end potential energy per atom
-    planned_any = {s for _, s, _ in _plan(ctx)}
     for precision, size, planned in _plan(ctx):
         dtype = np.dtype(precision)
         n_steps = _steps(ctx, size)
@@ -419,7 +418,7 @@ def run(ctx) -> SuiteResult:
                  cases=[CASE], precision=precision, xlabel="atoms N", ylabel="atom-steps per second")
         for precision in sorted({p for p, _, _ in _plan(ctx)})
     ]
-    result.notes += _notes(ctx, result, planned_any)
+    result.notes += _notes(ctx)
     return result
 
 
@@ -471,7 +470,7 @@ def _targets(ctx, result: SuiteResult) -> None:
                                          "reported (no bar)", ratio, text, None, unjudged or ""))
 
 
-def _notes(ctx, result, sizes) -> list[str]:
+def _notes(ctx) -> list[str]:
     notes = [
         "atom-steps per CPU-s: N x steps / median CPU time of one call (`time.process_time`, all "
         "threads of the process, which is bound to one core). On a machine shared with other "
