@@ -90,6 +90,12 @@ def _run_scenario(args) -> int:
         print("sciax run: error: --out: expected a non-empty folder path, got ''.", file=sys.stderr)
         return 2
     out = None if args.out is None else Path(args.out).expanduser()
+    from .md_scenario import is_md_scenario
+
+    if is_md_scenario(args.scenario):  # a top-level [md] table: molecular dynamics (sciax.md_run)
+        from .md_run import cli_run
+
+        return cli_run(args)
     scenario = None
     try:
         scenario = load_scenario(args.scenario, n_steps=args.n_steps)

@@ -302,7 +302,6 @@ def test_invalid_scenarios(tmp_path, edit, message):
         _scenario(tmp_path, text)
     assert str(info.value).startswith(str(tmp_path / "s.toml") + ": ")
     assert "\n" not in str(info.value)
-    assert not (tmp_path / "runs").exists()
 
 
 def test_start_file(tmp_path):
@@ -560,3 +559,15 @@ def test_ctrl_c_packages_the_checkpoint_and_resumes(reference, tmp_path, monkeyp
     monkeypatch.setattr(_MDDriver, "_store", original)
     assert run_md(sc, out, resume=True, progress=False).status == "completed"
     assert _files(out) == _files(out_ref)
+
+
+def test_cli_invalid_md_scenario_exits_2_and_writes_nothing(tmp_path, capsys):
+    from sciax.cli import main
+
+    path = tmp_path / "bad.toml"
+    path.write_text(_edit(SMALL.format(capacity=""), "temperature = 1.5", "temperature = -1.5"))
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-compilation-cache"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"sciax run: error: {path}: [velocities] temperature: expected a non-negative finite number, "
+                   "got -1.5 (float).\n")
+    assert not (tmp_path / "out").exists()
