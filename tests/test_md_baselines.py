@@ -168,7 +168,8 @@ IMPLS = {
     "openmm_cpu": (_openmm_cpu, ("float32",)),  # single-precision forces whatever the input
     "openmm_reference": (_openmm_reference, ("float64",)),
 }
-CASES = [(name, p) for name, (_, precisions) in IMPLS.items() for p in precisions]
+CASES = [pytest.param(name, p, marks=pytest.mark.slow) if (name, p) == ("jaxmd", "float64") else (name, p)
+         for name, (_, precisions) in IMPLS.items() for p in precisions]  # JAX-MD float32 runs by default
 
 
 @pytest.mark.parametrize(("name", "precision"), CASES)
