@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 import sciax
-from sciax import integrators as si
-from sciax import systems as ss
+from sciax import integrators as si, systems as ss
 
 
 class AuxiliaryVariableEuler(si.AbstractIntegrator):
