@@ -82,7 +82,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .scenario import PRECISIONS, ScenarioError, _did_you_mean, _got, physics_hash, set_precision
+from .scenario import PRECISIONS, ScenarioError, _did_you_mean, _got, physics_hash, read_scenario_text, set_precision
 
 INTEGRATORS = ("nve", "langevin", "nose_hoover", "bussi")
 POTENTIALS = ("lj", "wca")
@@ -713,11 +713,5 @@ def load_md_scenario(path, *, n_steps: int | None = None) -> MDScenario:
     **Raises:** `ScenarioError` naming the file, the key and what was expected.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: no such scenario file.") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ScenarioError(f"{path}: cannot read the scenario file ({e}).") from None
-    scenario = parse_md_scenario(text, str(path), default_name=path.stem, folder=path.parent)
+    scenario = parse_md_scenario(read_scenario_text(path), str(path), default_name=path.stem, folder=path.parent)
     return scenario.with_overrides(n_steps=n_steps)

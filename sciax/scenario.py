@@ -769,11 +769,15 @@ def load_scenario(path, *, n_steps: int | None = None) -> Scenario:
     **Raises:** `ScenarioError` naming the file, the key and what was expected.
     """
     path = Path(path)
+    scenario = parse_scenario(read_scenario_text(path), str(path), default_name=path.stem)
+    return scenario.with_overrides(n_steps=n_steps)
+
+
+def read_scenario_text(path: Path) -> str:
+    """The text of a scenario file, or a `ScenarioError` naming it."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ScenarioError(f"{path}: no such scenario file.") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ScenarioError(f"{path}: cannot read the scenario file ({e}).") from None
-    scenario = parse_scenario(text, str(path), default_name=path.stem)
-    return scenario.with_overrides(n_steps=n_steps)

@@ -74,14 +74,7 @@ class HarmonicBond(AbstractBond):
         self.r0 = r0
 
     def __check_init__(self):
-        m = self.bonds.shape[0]
-        for name in ("k", "r0"):
-            value = getattr(self, name)
-            if jnp.shape(value) not in ((), (m,)):
-                raise ValueError(f"HarmonicBond: `{name}` must be a scalar or have shape ({m},) (one per bond), "
-                                 f"got {describe(value)}.")
-        _check_positive("HarmonicBond", "k", self.k, allow_zero=True)
-        _check_positive("HarmonicBond", "r0", self.r0, allow_zero=True)
+        _check_bond_parameters("HarmonicBond", self, r0_may_be_zero=True)
 
     def bond_energy(self, r):
         """$\\tfrac12 k (r - r_0)^2$ per bond, shape `(M,)`, energy units."""
@@ -109,14 +102,7 @@ class FENEBond(AbstractBond):
         self.r0 = r0
 
     def __check_init__(self):
-        m = self.bonds.shape[0]
-        for name in ("k", "r0"):
-            value = getattr(self, name)
-            if jnp.shape(value) not in ((), (m,)):
-                raise ValueError(f"FENEBond: `{name}` must be a scalar or have shape ({m},) (one per bond), "
-                                 f"got {describe(value)}.")
-        _check_positive("FENEBond", "k", self.k, allow_zero=True)
-        _check_positive("FENEBond", "r0", self.r0)
+        _check_bond_parameters("FENEBond", self, r0_may_be_zero=False)
 
     def bond_energy(self, r):
         """$-\\tfrac12 k R_0^2 \\ln[1 - (r/R_0)^2]$ per bond (NaN for $r \\geq R_0$), energy units."""
@@ -141,3 +127,15 @@ def bonded_terms(terms, box, positions):
         forces = forces.at[i].add(-grad_b).at[j].add(grad_b)
         virial = virial - b.T @ grad_b
     return energy, forces, virial
+
+
+def _check_bond_parameters(owner: str, term, *, r0_may_be_zero: bool) -> None:
+    """`k` and `r0` are scalars or one per bond, `k` ≥ 0 and `r0` > 0 (≥ 0 where allowed)."""
+    m = term.bonds.shape[0]
+    for name in ("k", "r0"):
+        value = getattr(term, name)
+        if jnp.shape(value) not in ((), (m,)):
+            raise ValueError(f"{owner}: `{name}` must be a scalar or have shape ({m},) (one per bond), "
+                             f"got {describe(value)}.")
+    _check_positive(owner, "k", term.k, allow_zero=True)
+    _check_positive(owner, "r0", term.r0, allow_zero=r0_may_be_zero)
