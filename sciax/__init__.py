@@ -7,7 +7,7 @@ Systems (`sciax.systems`) are Equinox modules; integrators (`sciax.integrators`)
 
 import sys as _sys
 
-from . import ensemble as ensemble, integrators as integrators, systems as systems
+from . import ensemble as ensemble, integrators as integrators, md as md, systems as systems
 from .ensemble import _devices as parallel
 
 _sys.modules[__name__ + ".parallel"] = parallel  # `sciax.parallel` as released: the ensemble package's devices
