@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import sciax
-from sciax.cli import main
+from sciax.app.cli import main
 
 ROOT = pathlib.Path(__file__).parent.parent
 LORENZ = ROOT / "sims" / "lorenz.toml"
@@ -21,7 +21,7 @@ LORENZ = ROOT / "sims" / "lorenz.toml"
 
 def test_info_prints_versions_backend_and_precision():
     env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
-    out = subprocess.run([sys.executable, "-m", "sciax.cli", "info"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "sciax", "info"], capture_output=True, text=True,
                          check=True, timeout=120, env=env).stdout
     for fragment in (f"sciax {sciax.__version__}", "jax 0.", "jaxlib ", "equinox ", "diffrax ", "optimistix ",
                      "jax backend: cpu", "devices (", "x64 enabled: False", "default float precision: float32",
@@ -31,7 +31,7 @@ def test_info_prints_versions_backend_and_precision():
 
 def test_console_script_is_declared():
     scripts = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="console_scripts")}
-    assert scripts.get("sciax") == "sciax.cli:main"
+    assert scripts.get("sciax") == "sciax.app.cli:main"
 
 
 def test_help_lists_run_options(capsys):
@@ -122,12 +122,12 @@ def test_run_keeps_compiled_programs_in_the_cache_directory_unless_told_not_to(t
 
 
 def test_ctrl_c_while_reading_the_scenario_exits_130(tmp_path, monkeypatch, capsys):
-    import sciax.scenario
+    import sciax.app.scenario
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sciax.scenario, "load_scenario", interrupted)
+    monkeypatch.setattr(sciax.app.scenario, "load_scenario", interrupted)
     assert main(["run", str(LORENZ), "--no-compilation-cache"]) == 130
     assert "interrupted before anything was written" in capsys.readouterr().err
 
@@ -153,12 +153,12 @@ def test_output_folder_errors_are_clear(tmp_path, capsys, monkeypatch):
 
 
 def test_ctrl_c_before_the_first_checkpoint_does_not_claim_outputs(tmp_path, monkeypatch, capsys):
-    import sciax.runner
+    import sciax.app.runner
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sciax.runner, "run", interrupted)
+    monkeypatch.setattr(sciax.app.runner, "run", interrupted)
     assert main(["run", str(LORENZ), "--out", str(tmp_path / "never"), "--no-compilation-cache"]) == 130
     assert "interrupted before anything was written" in capsys.readouterr().err
 
@@ -189,7 +189,7 @@ plot = false
 
 def _start_run(scenario, out, *extra):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    return subprocess.Popen([sys.executable, "-m", "sciax.cli", "run", str(scenario), "--out", str(out),
+    return subprocess.Popen([sys.executable, "-m", "sciax", "run", str(scenario), "--out", str(out),
                              "--no-compilation-cache", "--quiet", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 

@@ -10,9 +10,9 @@ import pytest
 
 import sciax.md as md
 from sciax import io as sio
-from sciax.md_run import _rdf_counts, run_md
-from sciax.md_scenario import is_md_scenario, load_md_scenario, parse_md_scenario
-from sciax.scenario import ScenarioError
+from sciax.app.md_run import _rdf_counts, run_md
+from sciax.app.md_scenario import is_md_scenario, load_md_scenario, parse_md_scenario
+from sciax.app.scenario import ScenarioError
 
 SIMS = Path(__file__).resolve().parent.parent / "sims"
 
@@ -128,11 +128,11 @@ def test_small_run_outputs(reference):
 def test_final_frame_is_final_state(reference, tmp_path):
     """The last XYZ frame holds the positions and velocities of the checkpoint's final carry."""
     sc, out, _ = reference
-    from sciax.md_run import _MDDriver, _Progress
+    from sciax.app.md_run import Progress, _MDDriver
 
-    driver = _MDDriver(sc, sc.build(), out, _Progress("x", 1, None, False))
+    driver = _MDDriver(sc, sc.build(), out, Progress("x", 1, None, False))
     meta = sio.checkpoint_meta(out / "checkpoint.npz")
-    from sciax.md_run import _with_capacities
+    from sciax.app.md_run import _with_capacities
 
     driver.system = _with_capacities(driver.system, meta["capacities"])
     (carry, _), _ = sio.load_checkpoint(out / "checkpoint.npz",
@@ -159,11 +159,11 @@ def test_regrowth_replays_bitwise(reference, tmp_path):
     assert meta_a["steps_done"] == meta_b["steps_done"] == 160
     assert meta_a["capacities"] != meta_b["capacities"]  # so the carries' list buffers differ in size;
     # the state (positions, velocities, images) is the first leaves of the carry: compare them
-    from sciax.md_run import _MDDriver, _Progress, _with_capacities
+    from sciax.app.md_run import Progress, _MDDriver, _with_capacities
 
     states = []
     for out, meta in ((tmp_path / "out", meta_a), (out_ref, meta_b)):
-        d = _MDDriver(sc, sc.build(), out, _Progress("x", 1, None, False))
+        d = _MDDriver(sc, sc.build(), out, Progress("x", 1, None, False))
         d.system = _with_capacities(d.system, meta["capacities"])
         (carry, _), _ = sio.load_checkpoint(out / "checkpoint.npz",
                                             like=(d._carry_like(1), jax.ShapeDtypeStruct((108, 3), jnp.float64)))
@@ -197,7 +197,7 @@ def test_resume_bitwise(reference, tmp_path):
 def test_resume_refuses_changed_physics(reference, tmp_path):
     sc, out_ref, _ = reference
     sc2 = _scenario(tmp_path, SMALL.format(capacity="").replace("temperature = 1.0", "temperature = 1.1"))
-    from sciax.runner import ResumeError
+    from sciax.app.runner import ResumeError
 
     out = tmp_path / "out"
     run_md(sc, out, progress=False, max_chunks=1)
@@ -353,7 +353,7 @@ def test_kremer_grest_reduced(tmp_path):
     """sims/kremer_grest.toml with 4 chains of 10 beads: chains on the grid (bonds one spacing
     long), FENE + WCA energies at step 0 against the system's, and <R_ee^2> against the unwrapped
     positions of the last frame."""
-    from sciax.md_scenario import chain_configuration
+    from sciax.app.md_scenario import chain_configuration
 
     x, lengths, chains = chain_configuration(4, 10, 0.85)
     bonds = np.linalg.norm(np.diff(x[chains], axis=1), axis=-1)
@@ -443,13 +443,13 @@ def test_sigkill_then_resume_via_cli(reference, tmp_path):
     import sys
     import time
 
-    from sciax.cli import main
+    from sciax.app.cli import main
 
     path = tmp_path / "long.toml"
     path.write_text(_edit(SMALL.format(capacity=""), "n_steps = 80\n[output]", "n_steps = 1000000\n[output]"))
     out = tmp_path / "out"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    process = subprocess.Popen([sys.executable, "-m", "sciax.cli", "run", str(path), "--out", str(out),
+    process = subprocess.Popen([sys.executable, "-m", "sciax", "run", str(path), "--out", str(out),
                                 "--no-compilation-cache", "--quiet"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 300
@@ -507,7 +507,7 @@ def test_thermo_observable_is_capacity_independent(key, dtype):
 
     import equinox as eqx
 
-    from sciax.md_run import thermo_observable
+    from sciax.app.md_run import thermo_observable
 
     x, box = md.lattice("fcc", 3, density=0.8, dtype=dtype)
     x = box.wrap(x + 0.15 * jax.random.normal(key, x.shape, dtype))[0]
@@ -534,7 +534,7 @@ def test_ctrl_c_packages_the_checkpoint_and_resumes(reference, tmp_path, monkeyp
     """Ctrl-C (or SIGTERM, which the command line turns into the same) while a chunk is being
     stored: the files go back to the checkpoint, the summary says 'interrupted', and --resume
     gives the uninterrupted run's files."""
-    from sciax.md_run import _MDDriver
+    from sciax.app.md_run import _MDDriver
 
     _, out_ref, _ = reference
     sc = _scenario(tmp_path, SMALL.format(capacity="capacity = 80\ncell_capacity = 60"))
@@ -562,7 +562,7 @@ def test_ctrl_c_packages_the_checkpoint_and_resumes(reference, tmp_path, monkeyp
 
 
 def test_cli_invalid_md_scenario_exits_2_and_writes_nothing(tmp_path, capsys):
-    from sciax.cli import main
+    from sciax.app.cli import main
 
     path = tmp_path / "bad.toml"
     path.write_text(_edit(SMALL.format(capacity=""), "temperature = 1.5", "temperature = -1.5"))

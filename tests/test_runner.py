@@ -11,8 +11,8 @@ import pytest
 
 import sciax
 from sciax.io import load_npz, load_trajectory
-from sciax.runner import ResumeError, run
-from sciax.scenario import parse_scenario
+from sciax.app.runner import ResumeError, run
+from sciax.app.scenario import parse_scenario
 
 LORENZ = """
 name = "lorenz_test"
@@ -199,7 +199,7 @@ def test_the_next_chunk_is_queued_before_the_previous_chunk_is_written(tmp_path,
     """The device computes chunk k + 1 while the host writes chunk k: chunk k + 1 is dispatched
     (from chunk k's final state, without waiting for it) before chunk k's frames are written,
     and no chunk beyond `max_chunks` is dispatched."""
-    from sciax import runner
+    from sciax.app import runner
 
     events = []
     simulate, write = runner.simulate, runner._Driver._write_frames
@@ -230,7 +230,7 @@ def test_writing_a_chunk_does_not_wait_for_the_next(tmp_path, monkeypatch):
     store (the final state included) is new device work queued behind the next chunk. Two
     chunks of 10^7 Lorenz steps (~0.25 s each here) with 500 frames each (XLA:CPU runs a program
     inline when its cost analysis finds it cheap; frames make it count)."""
-    from sciax import runner
+    from sciax.app import runner
 
     dispatched, at_checkpoint = [], []
     dispatch, checkpoint = runner._Driver._dispatch, runner._Driver._checkpoint
@@ -255,7 +255,7 @@ def test_writing_a_chunk_does_not_wait_for_the_next(tmp_path, monkeypatch):
 def test_an_error_when_dispatching_the_next_chunk_keeps_the_previous_chunk(tmp_path, monkeypatch):
     """Dispatch can fail (an `error_if` in a system runs at dispatch on CPU; memory): chunk k,
     already computed, is still written and checkpointed before the error propagates."""
-    from sciax import runner
+    from sciax.app import runner
 
     dispatch, calls = runner._Driver._dispatch, []
 
@@ -376,7 +376,7 @@ def test_progress_line(tmp_path, capsys):
 # ------------------------------------------------------------- interruptions and changed outputs
 def _interrupt_on_call(monkeypatch, name, call):
     """Make `_Driver.<name>` raise KeyboardInterrupt (Ctrl-C) on its `call`-th call."""
-    from sciax import runner
+    from sciax.app import runner
 
     original, calls = getattr(runner._Driver, name), []
 
@@ -428,7 +428,7 @@ def test_a_resume_that_fails_leaves_no_summary_or_trajectory_of_the_earlier_run(
     """The finished run's summary said "completed" after a resume that extended it had died,
     and trajectory.npz / plot.png still showed the shorter run. A fresh run removes them; so now
     does a resume, and the next resume rewrites them from the chunks."""
-    from sciax import runner
+    from sciax.app import runner
 
     long = scenario(LORENZ)
     short = dataclasses.replace(long, run=dataclasses.replace(long.run, n_steps=200))
@@ -449,7 +449,7 @@ def test_a_resume_that_fails_leaves_no_summary_or_trajectory_of_the_earlier_run(
 
 
 def test_a_plot_that_fails_on_resume_removes_the_earlier_plot(tmp_path, monkeypatch):
-    from sciax import runner
+    from sciax.app import runner
 
     with_plot = scenario(LORENZ.replace("plot = false", "plot = true"))
     short = dataclasses.replace(with_plot, run=dataclasses.replace(with_plot.run, n_steps=200))
@@ -476,7 +476,7 @@ def test_a_scenario_with_non_ascii_text_runs_and_its_copy_reloads_under_an_ascii
     path = tmp_path / "greek.toml"
     path.write_text(LORENZ.replace('name = "lorenz_test"', 'name = "lorenz_test"\ndescription = "σ, ρ, β: é"'),
                     encoding="utf-8")
-    script = ("import sys; from sciax.runner import run; from sciax.scenario import load_scenario\n"
+    script = ("import sys; from sciax.app.runner import run; from sciax.app.scenario import load_scenario\n"
               "run(load_scenario(sys.argv[1]), sys.argv[2], progress=False)\n"
               "print(load_scenario(sys.argv[2] + '/scenario.toml').name)")
     env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
@@ -488,14 +488,14 @@ def test_a_scenario_with_non_ascii_text_runs_and_its_copy_reloads_under_an_ascii
 
 
 def test_progress_line_on_a_terminal_overwrites_a_longer_previous_line():
-    from sciax.runner import _Progress
+    from sciax.app.runner import Progress
 
     class Terminal(io.StringIO):
         def isatty(self):
             return True
 
     stream = Terminal()
-    progress = _Progress("lorenz", 2_000_000, stream, True)
+    progress = Progress("lorenz", 2_000_000, stream, True)
     progress.update(20_000, 20_000, 14.7)  # 1.36e+03 steps/s, ETA 0:24:16
     progress.update(1_000_000, 1_000_000, 20.0)  # 5e+04 steps/s: a shorter line
     screen = ""
@@ -548,7 +548,7 @@ def test_thermostatted_run_reports_no_energy_drift(tmp_path):
 
 
 def test_parameter_of_the_wrong_shape_is_a_scenario_error_before_anything_is_written(tmp_path):
-    from sciax.scenario import ScenarioError
+    from sciax.app.scenario import ScenarioError
 
     bad = scenario(LORENZ.replace("rho = 28.0", "rho = [28.0, 1.0]"))
     with pytest.raises(ScenarioError, match=r"\[system\] params: Lorenz\(rho=\[28.0, 1.0\]\) with this "
@@ -560,7 +560,7 @@ def test_parameter_of_the_wrong_shape_is_a_scenario_error_before_anything_is_wri
 def test_a_fresh_run_refuses_to_overwrite_files_no_sciax_run_wrote(tmp_path):
     """`[output] dir` pointing at a folder with someone's plot.png/summary.json: refuse, touch
     nothing. A folder a sciax run wrote (checkpoint, or its copied scenario) is replaced."""
-    from sciax.scenario import ScenarioError
+    from sciax.app.scenario import ScenarioError
 
     (tmp_path / "plot.png").write_text("my precious plot")
     (tmp_path / "summary.json").write_text('{"mine": 1}')
@@ -579,7 +579,7 @@ def test_a_fresh_run_refuses_to_overwrite_files_no_sciax_run_wrote(tmp_path):
 def test_values_that_break_in_the_run_precision_are_scenario_errors_before_anything_is_written(tmp_path):
     import jax
 
-    from sciax.scenario import ScenarioError
+    from sciax.app.scenario import ScenarioError
 
     cases = [
         (scenario(LORENZ, dt=1e-50, precision="float32"), r"\[run\] dt: 1e-50 is 0.0 in float32"),
@@ -614,7 +614,7 @@ def test_resume_accepts_what_cannot_change_the_results(tmp_path):
 def test_resume_accepts_a_checkpoint_that_recorded_the_seed_of_a_deterministic_run(tmp_path, monkeypatch):
     """Checkpoints written before the seed was left out of a deterministic run's physics record
     it (and hash it): resuming them with the unchanged scenario must still work."""
-    from sciax.scenario import Scenario
+    from sciax.app.scenario import Scenario
 
     current = Scenario.physics
 
@@ -634,7 +634,7 @@ def test_resume_accepts_a_checkpoint_that_recorded_the_seed_of_a_deterministic_r
 
 def test_running_a_copied_scenario_keeps_one_header(tmp_path):
     run(scenario(LORENZ), tmp_path / "a", progress=False)
-    copied = sciax.scenario.load_scenario(tmp_path / "a" / "scenario.toml")
+    copied = sciax.app.scenario.load_scenario(tmp_path / "a" / "scenario.toml")
     run(copied, tmp_path / "a", progress=False)
     assert (tmp_path / "a" / "scenario.toml").read_text().count("# copied by sciax") == 1
 
@@ -642,8 +642,8 @@ def test_running_a_copied_scenario_keeps_one_header(tmp_path):
 def test_a_second_run_into_the_same_folder_is_refused_while_the_first_runs(tmp_path, monkeypatch):
     """Two runs writing one folder interleaved their CSV rows (time going backwards) and both
     reported success. The second now refuses, naming the folder; the first is unharmed."""
-    from sciax import runner
-    from sciax.scenario import ScenarioError
+    from sciax.app import runner
+    from sciax.app.scenario import ScenarioError
 
     s = scenario(LORENZ)
     refusals = []
@@ -671,7 +671,7 @@ def test_a_second_run_into_the_same_folder_is_refused_while_the_first_runs(tmp_p
 
 def test_a_folder_refused_for_foreign_files_is_left_as_it_was_also_when_created_for_the_lock(tmp_path):
     (tmp_path / "summary.json").write_text('{"mine": 1}')
-    from sciax.scenario import ScenarioError
+    from sciax.app.scenario import ScenarioError
 
     with pytest.raises(ScenarioError, match="no sciax run wrote them"):
         run(scenario(LORENZ), tmp_path, progress=False)
@@ -684,7 +684,7 @@ def test_a_folder_refused_for_foreign_files_is_left_as_it_was_also_when_created_
 def test_a_checkpoint_npz_that_sciax_did_not_write_does_not_make_the_folder_sciax_s(tmp_path, arrays):
     """A user's checkpoint.npz, states.csv and summary.json were replaced by a fresh run (exit 0):
     a file named checkpoint.npz was taken as proof that a sciax run owned the folder."""
-    from sciax.scenario import ScenarioError
+    from sciax.app.scenario import ScenarioError
 
     np.savez(tmp_path / "checkpoint.npz", **arrays)
     (tmp_path / "states.csv").write_text("my,data\n1,2\n")
@@ -724,7 +724,7 @@ def test_the_checkpoint_holds_the_integrators_whole_loop_carry(tmp_path, text):
 def test_a_damaged_chunk_file_is_a_resume_error_before_anything_is_computed(tmp_path, monkeypatch, damage):
     """A truncated chunk was found only at the final merge (a raw BadZipFile after computing every
     remaining chunk, no trajectory or summary, and every later resume failing the same way)."""
-    from sciax import runner
+    from sciax.app import runner
 
     s = scenario(LORENZ)
     run(s, tmp_path, progress=False, max_chunks=3)

@@ -9,7 +9,7 @@ import jax.tree_util as jtu
 import pytest
 
 import sciax
-from sciax.scenario import (
+from sciax.app.scenario import (
     ScenarioError,
     _buildable_from_toml,
     integrator_classes,
@@ -61,7 +61,7 @@ def raises(text, *fragments, build=False):
 
 @pytest.mark.parametrize("path", SIMS, ids=lambda p: p.name)
 def test_shipped_scenarios_are_valid(path):
-    from sciax.md_scenario import is_md_scenario, load_md_scenario
+    from sciax.app.md_scenario import is_md_scenario, load_md_scenario
 
     if is_md_scenario(path):  # MD scenarios have their own schema (tests/test_md_run.py runs them)
         assert load_md_scenario(path).name == path.stem

@@ -19,7 +19,7 @@ from scipy.integrate import solve_ivp
 
 import sciax
 from sciax.integrators import RK4, EulerMaruyama, VelocityVerlet, Yoshida4
-from sciax.scenario import system_classes
+from sciax.app.scenario import system_classes
 from sciax.systems import (
     FIGURE_EIGHT_PERIOD,
     SEIR,

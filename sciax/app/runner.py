@@ -38,8 +38,6 @@ files, with the tests that show it: `docs/guarantees.md`.
 import dataclasses
 import io
 import json
-import math
-import os
 import sys
 import time
 import typing
@@ -54,11 +52,22 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from . import io as sio
-from ._compile.async_dispatch import equinox_errors
-from ._errors import NonFiniteStateError
-from ._simulate import simulate, time_resolution_problem
-from ._version import __version__
+from .. import io as sio
+from .._compile.async_dispatch import equinox_errors
+from .._errors import NonFiniteStateError
+from .._simulate import simulate, time_resolution_problem
+from .._version import __version__
+from .folder import (
+    COPY_HEADER,
+    FolderLock,
+    OutputFolderBusyError,  # noqa: F401  (raised by run: its lock)
+    Progress,
+    ResumeError,
+    RunResult,
+    copied_by_sciax,
+    diff,
+    json_safe,
+)
 from .scenario import MAX_AUTO_STATE_COLUMNS, Built, Scenario, ScenarioError
 
 CHECKPOINT_FORMAT = "sciax-checkpoint-2"  # its `state` entry holds the integrator's whole loop carry
@@ -73,69 +82,6 @@ class _Chunk(typing.NamedTuple):
     offset: int
     n_steps: int
     traj: typing.Any
-
-
-class ResumeError(ScenarioError):
-    """`--resume` refused: the checkpoint belongs to a different scenario or cannot be used."""
-
-
-@dataclasses.dataclass
-class RunResult:
-    """What `run` did.
-
-    - `out_dir`: the output folder. `status`: `"completed"` or `"interrupted"` (stopped by
-      `max_chunks` or Ctrl-C; continue with `resume=True`).
-    - `steps_done`: steps completed in total (all invocations). `summary`: the `summary.json` dict.
-    """
-
-    out_dir: Path
-    status: str
-    steps_done: int
-    summary: dict
-
-
-# --------------------------------------------------------------------------- progress
-
-
-class _Progress:
-    """One status line on stderr: steps done / total, steps/s, ETA. Redrawn in place on a TTY."""
-
-    def __init__(self, name: str, total: int, stream, enabled: bool):
-        self.name, self.total, self.stream, self.enabled = name, total, stream, enabled
-        self.tty = enabled and hasattr(stream, "isatty") and stream.isatty()
-        self.last_print = -math.inf
-        self.width = 0  # length of the line now on the terminal
-
-    def update(self, done: int, session_steps: int, elapsed: float, *, final: bool = False):
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if not (final or self.tty or now - self.last_print >= 2.0):
-            return
-        self.last_print = now
-        rate = session_steps / elapsed if elapsed > 0 else float("nan")
-        eta = (self.total - done) / rate if rate > 0 else float("nan")
-        pct = 100.0 * done / self.total if self.total else 100.0
-        line = (f"{self.name}: {done}/{self.total} steps ({pct:5.1f}%)  {rate:.3g} steps/s  "
-                f"ETA {_hms(eta)}")
-        if self.tty:  # padded over the previous line, which may have been longer
-            self.stream.write("\r" + line.ljust(self.width) + ("\n" if final else ""))
-            self.width = 0 if final else len(line)
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-
-    def message(self, text: str):
-        if self.enabled:
-            self.stream.write(text + "\n")
-            self.stream.flush()
-
-
-def _hms(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "--:--:--"
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 # --------------------------------------------------------------------------- layout
@@ -158,17 +104,6 @@ def _not_a_sciax_checkpoint(path: Path) -> str | None:
             or any(k not in meta for k in _CHECKPOINT_KEYS):
         return f"its checkpoint.npz is not a {CHECKPOINT_FORMAT} checkpoint"
     return None
-
-
-_COPY_HEADER = "# copied by sciax"
-
-
-def _copied_by_sciax(path: Path) -> bool:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.readline().startswith(_COPY_HEADER)
-    except (OSError, UnicodeDecodeError):
-        return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,95 +167,17 @@ def run(scenario: Scenario, out_dir=None, *, resume: bool = False, progress: boo
     stream = sys.stderr if stream is None else stream
     built = scenario.build()
     layout = _Layout(Path(out_dir) if out_dir is not None else scenario.output_dir)
-    report = _Progress(scenario.name, scenario.run.n_steps, stream, progress)
+    report = Progress(scenario.name, scenario.run.n_steps, stream, progress)
     driver = _Driver(scenario, built, layout, report)
-    with _FolderLock(layout.root):
+    with FolderLock(layout.root):
         driver.prepare(resume)
         return driver.loop(max_chunks)
-
-
-class OutputFolderBusyError(ScenarioError):
-    """Another `run` (in this or another process) is writing to the same output folder."""
-
-
-_LOCK_NAME = ".sciax.lock"
-
-
-class _FolderLock:
-    """An exclusive lock on an output folder for the length of a run: `fcntl.flock` on the file
-    `.sciax.lock` in it. The operating system releases it when the process ends, however it ends
-    (a killed run leaves no stale lock); a second run finds it held and refuses at once.
-
-    The lock file is removed on release, while still locked; a run that opened it just before
-    and then gets the lock finds its file unlinked (another inode at the path, or none) and
-    opens it again, so two runs never hold locks on two different files of the same name."""
-
-    def __init__(self, root: Path):
-        self.root, self.fd, self.created = root, None, False
-
-    def __enter__(self):
-        import fcntl
-
-        root = self.root
-        if root.exists() and not root.is_dir():
-            raise ScenarioError(f"the output folder {root} is an existing file, not a folder; choose another "
-                                "with --out or [output] dir.")
-        self.created = not root.exists()
-        root.mkdir(parents=True, exist_ok=True)
-        path = root / _LOCK_NAME
-        while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = _read_pid(fd)
-                os.close(fd)
-                raise OutputFolderBusyError(
-                    f"the output folder {root} is in use by another sciax run"
-                    f"{f' (process {holder})' if holder else ''}, and two runs in one folder would mix their "
-                    "files. Wait for it to finish (then --resume continues it if it was interrupted), or "
-                    "choose another folder with --out or [output] dir.") from None
-            except BaseException:
-                os.close(fd)
-                raise
-            try:
-                same = os.fstat(fd).st_ino == os.stat(path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)  # released and unlinked by its holder between our open and our lock: again
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self.fd = fd
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            (self.root / _LOCK_NAME).unlink(missing_ok=True)
-        except OSError:
-            pass
-        os.close(self.fd)  # releases the lock
-        if self.created:  # a folder this run made and left empty (refused before writing anything)
-            try:
-                self.root.rmdir()
-            except OSError:
-                pass
-        return False
-
-
-def _read_pid(fd) -> int | None:
-    try:
-        text = os.pread(fd, 32, 0).decode().strip()
-        return int(text) if text else None
-    except (OSError, ValueError):
-        return None
 
 
 class _Driver:
     """State of one `run` call: validate -> prepare (fresh or resume) -> loop -> finalize."""
 
-    def __init__(self, scenario: Scenario, built: Built, layout: _Layout, report: _Progress):
+    def __init__(self, scenario: Scenario, built: Built, layout: _Layout, report: Progress):
         self.sc, self.b, self.layout, self.report = scenario, built, layout, report
         rs = scenario.run
         self.dtype = built.dtype
@@ -380,7 +237,7 @@ class _Driver:
         A `checkpoint.npz` counts only if it is a sciax checkpoint (its format string and metadata):
         a file of that name is no proof on its own."""
         lay = self.layout
-        if _copied_by_sciax(lay.scenario):
+        if copied_by_sciax(lay.scenario):
             return
         why = "no checkpoint.npz there"
         if lay.checkpoint.exists():
@@ -417,11 +274,11 @@ class _Driver:
         self._checkpoint()
 
     def _copy_scenario(self):
-        header = f"{_COPY_HEADER} {__version__} from {self.sc.source}"
+        header = f"{COPY_HEADER} {__version__} from {self.sc.source}"
         if self.sc.overrides:
             header += "; command-line overrides: " + ", ".join(f"{k}={v}" for k, v in self.sc.overrides.items())
         text = self.sc.text
-        if text.startswith(_COPY_HEADER):  # running a copy: one header, not one per generation
+        if text.startswith(COPY_HEADER):  # running a copy: one header, not one per generation
             text = text.split("\n", 1)[1] if "\n" in text else ""
         with sio.atomic_write(self.layout.scenario, "w") as f:
             f.write(header + "\n" + text)
@@ -434,7 +291,7 @@ class _Driver:
             raise ResumeError(f"cannot resume from {lay.checkpoint}: {e} Run without --resume to start over.") \
                 from None
         if meta["scenario_hash"] != self.sc.hash() and not self.sc.same_physics(meta["physics"]):
-            changes = _diff(meta["physics"], self.sc.physics())
+            changes = diff(meta["physics"], self.sc.physics())
             raise ResumeError(
                 f"refusing to resume: the scenario {self.sc.source} differs from the one the checkpoint in "
                 f"{lay.root} was written for ({'; '.join(changes) or 'contents differ'}). Restore the scenario, "
@@ -443,7 +300,7 @@ class _Driver:
         if recorded is not None:  # compared on what matters now (older checkpoints also recorded `plot`)
             recorded = {k: v for k, v in recorded.items() if k in self._output_settings()}
         if recorded is not None and recorded != self._output_settings():
-            changes = _diff(recorded, self._output_settings(), "[output] ")
+            changes = diff(recorded, self._output_settings(), "[output] ")
             raise ResumeError(
                 f"refusing to resume: the output settings differ from the ones the run in {lay.root} was "
                 f"started with ({'; '.join(changes)}), so its files would be incomplete. Restore them, or "
@@ -742,12 +599,12 @@ class _Driver:
         files += [lay.summary.name, lay.checkpoint.name, lay.chunks.name + "/"]
         summary = self._summary(status, arrays, non_finite, plot_error, files)
         with sio.atomic_write(lay.summary, "w") as f:
-            json.dump(_json_safe(summary), f, indent=2, allow_nan=False)
+            json.dump(json_safe(summary), f, indent=2, allow_nan=False)
             f.write("\n")
         return RunResult(out_dir=lay.root, status=status, steps_done=self.steps_done, summary=summary)
 
     def _plot(self, status, non_finite):
-        from .plot import plot_trajectory, save_figure
+        from ..plot import plot_trajectory, save_figure
 
         traj = sio.load_trajectory(self.layout.trajectory)
         title = f"{self.sc.name}: {_system_text(self.b.system)}, {self.sc.integrator_name}, " \
@@ -820,27 +677,3 @@ def _first_frame(chunk_name: str) -> int:
 
 def _add_frame_axis(tree):
     return jtu.tree_map(lambda x: jnp.asarray(x)[None], tree)
-
-
-def _json_safe(x):
-    """Replace non-finite floats by the strings "inf", "-inf", "nan" (JSON has no such numbers)."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
-    if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_json_safe(v) for v in x]
-    return x
-
-
-def _diff(old: dict, new: dict, prefix: str = "") -> list[str]:
-    """Human-readable differences between two nested dicts: `run.dt: 0.01 -> 0.02`."""
-    out = []
-    for key in sorted(set(old) | set(new), key=str):
-        path = f"{prefix}{key}"
-        a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _diff(a, b, path + ".")
-        elif a != b or type(a) is not type(b):  # 28 vs 28.0 hash differently: name it
-            out.append(f"{path}: {json.dumps(a)} -> {json.dumps(b)}")
-    return out

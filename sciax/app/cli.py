@@ -1,6 +1,6 @@
 """The `sciax` command: `sciax info`, `sciax run SCENARIO.toml`.
 
-Also runnable as `python -m sciax.cli ...`. Exit status: 0 success, 1 the run failed (NaN/Inf,
+Also runnable as `python -m sciax ...`. Exit status: 0 success, 1 the run failed (NaN/Inf,
 or an unexpected error), 2 bad input (scenario file, arguments, a refused `--resume`, an output
 folder that another run is using), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM, as sent by
 batch schedulers and `docker stop`). Interrupted or terminated, a run writes its outputs up to
@@ -30,7 +30,7 @@ def info(stream=None) -> None:
     import jax
     import jax.numpy as jnp
 
-    from ._version import __version__
+    from .._version import __version__
 
     out = [f"sciax {__version__}",
            f"python {platform.python_version()} ({sys.executable})",
@@ -74,13 +74,13 @@ def _run(args) -> int:
 def _run_scenario(args) -> int:
     import jax
 
-    from ._errors import NonFiniteStateError
+    from .._errors import NonFiniteStateError
     from .runner import run
     from .scenario import ScenarioError, load_scenario
 
     # JAX_ENABLE_COMPILATION_CACHE=false (JAX's own switch) counts as --no-compilation-cache.
     if not args.no_compilation_cache and jax.config.jax_enable_compilation_cache:
-        from ._compile.compilation_cache import enable_compilation_cache
+        from .._compile.compilation_cache import enable_compilation_cache
 
         try:
             enable_compilation_cache()

@@ -43,140 +43,39 @@ was expected; unknown keys list the valid keys, unknown names list the valid nam
 """
 
 import dataclasses
-import difflib
-import hashlib
 import inspect
-import json
 import math
 import tomllib
 import typing
 from collections.abc import Callable
 from pathlib import Path
 
+from .schema import (
+    PRECISIONS,
+    Checker,
+    ScenarioError,
+    bool_or_auto,
+    boolean,
+    choice,
+    did_you_mean,
+    finite_number,
+    folder,
+    got,
+    nonnegative_int,
+    numeric_array,
+    physics_hash,
+    positive_int,
+    positive_number,
+    read_scenario_text,
+    set_precision,
+    string,
+    string_list,
+    table,
+    vector,
+)
+
 DEFAULT_CHUNK_STEPS = 10_000
 MAX_AUTO_STATE_COLUMNS = 64
-PRECISIONS = ("float64", "float32")
-
-
-class ScenarioError(ValueError):
-    """A scenario is invalid. The message names the file, the key and what was expected."""
-
-
-class _Expected(Exception):
-    """Raised by value checkers; turned into a `ScenarioError` naming file and key."""
-
-
-# --------------------------------------------------------------------------- value checkers
-
-
-def _toml_type(value) -> str:
-    return {bool: "boolean", int: "integer", float: "float", str: "string", list: "array",
-            dict: "table"}.get(type(value), type(value).__name__)
-
-
-def _got(value) -> str:
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{text} ({_toml_type(value)})"
-
-
-def _is_number(x) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
-
-
-def _string(value):
-    if not isinstance(value, str):
-        raise _Expected("a string")
-    return value
-
-
-def _folder(value):
-    if not isinstance(value, str) or not value.strip():
-        raise _Expected('a non-empty folder path, e.g. "runs/lorenz"')
-    return value
-
-
-def _boolean(value):
-    if not isinstance(value, bool):
-        raise _Expected("true or false")
-    return value
-
-
-def _finite_number(value):
-    if not _is_number(value) or not math.isfinite(value):
-        raise _Expected("a finite number")
-    return float(value)
-
-
-def _positive_number(value):
-    if not _is_number(value) or not math.isfinite(value) or value <= 0:
-        raise _Expected("a positive finite number")
-    return float(value)
-
-
-def _positive_int(value):
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise _Expected("a positive integer")
-    return value
-
-
-def _nonnegative_int(value):
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise _Expected("a non-negative integer")
-    return value
-
-
-def _table(value):
-    if not isinstance(value, dict):
-        raise _Expected("a table, e.g. { key = 1.0 }")
-    return value
-
-
-def _string_list(value):
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise _Expected('an array of strings, e.g. ["conserved"]')
-    return list(value)
-
-
-def _numeric_array(value):
-    """A number or a rectangular nested array of numbers."""
-
-    def shape(v):
-        if _is_number(v):
-            if not math.isfinite(v):
-                raise _Expected("finite numbers")
-            return ()
-        if isinstance(v, list) and v:
-            shapes = {shape(x) for x in v}
-            if len(shapes) != 1:
-                raise _Expected("a rectangular array of numbers (all rows the same length)")
-            return (len(v),) + shapes.pop()
-        raise _Expected("a number or a (nested) array of numbers")
-
-    shape(value)
-    return value
-
-
-def _vector(value):
-    if not isinstance(value, list):
-        raise _Expected("an array of numbers, e.g. [1.0, 0.0, 0.0]")
-    return _numeric_array(value)
-
-
-def _choice(*options):
-    def check(value):
-        if value not in options:
-            raise _Expected("one of " + ", ".join(repr(o) for o in options))
-        return value
-
-    return check
-
-
-def _bool_or_auto(value):
-    if value == "auto" or isinstance(value, bool):
-        return value
-    raise _Expected('true, false or "auto"')
 
 
 # --------------------------------------------------------------------------- name registries
@@ -226,14 +125,14 @@ def _concrete_classes(module, base) -> dict[str, type]:
 
 def system_classes() -> dict[str, type]:
     """Every concrete system class exported by `sciax.systems`, by name."""
-    from . import systems
+    from .. import systems
 
     return _concrete_classes(systems, systems.AbstractODE)
 
 
 def integrator_classes() -> dict[str, type]:
     """Every concrete integrator exported by `sciax.integrators` that a TOML file can configure."""
-    from . import integrators
+    from .. import integrators
 
     return _concrete_classes(integrators, integrators.AbstractIntegrator)
 
@@ -282,16 +181,16 @@ class OutputSettings:
     states_csv: bool | str = "auto"
 
 
-_TOP_KEYS = {"name": _string, "description": _string, "system": _table, "initial_state": _table,
-             "integrator": _table, "run": _table, "output": _table}
-_SYSTEM_KEYS = {"name": _string, "params": _table}
-_INTEGRATOR_KEYS = {"name": _string, "params": _table}
-_STATE_KEYS = {"values": _vector, "positions": _vector, "velocities": _vector, "preset": _string,
-               "default": _boolean}
-_RUN_KEYS = {"dt": _positive_number, "n_steps": _positive_int, "save_every": _positive_int,
-             "t0": _finite_number, "precision": _choice(*PRECISIONS), "seed": _nonnegative_int,
-             "chunk_steps": _positive_int, "observables": _string_list, "check_finite": _boolean}
-_OUTPUT_KEYS = {"dir": _folder, "plot": _boolean, "states_csv": _bool_or_auto}
+_TOP_KEYS = {"name": string, "description": string, "system": table, "initial_state": table,
+             "integrator": table, "run": table, "output": table}
+_SYSTEM_KEYS = {"name": string, "params": table}
+_INTEGRATOR_KEYS = {"name": string, "params": table}
+_STATE_KEYS = {"values": vector, "positions": vector, "velocities": vector, "preset": string,
+               "default": boolean}
+_RUN_KEYS = {"dt": positive_number, "n_steps": positive_int, "save_every": positive_int,
+             "t0": finite_number, "precision": choice(*PRECISIONS), "seed": nonnegative_int,
+             "chunk_steps": positive_int, "observables": string_list, "check_finite": boolean}
+_OUTPUT_KEYS = {"dir": folder, "plot": boolean, "states_csv": bool_or_auto}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -413,7 +312,7 @@ class Scenario:
                               f"{self.integrator_name} cannot step {self.system_name}: {e}") from None
 
         state0 = _cast_floats(self._initial_state(system, dtype), dtype)
-        from ._errors import StateMismatchError
+        from .._errors import StateMismatchError
 
         try:
             system.check_state(state0)
@@ -500,7 +399,7 @@ class Scenario:
     def _initial_state(self, system, dtype):
         import jax.numpy as jnp
 
-        from ._phase_space import PhaseSpace
+        from .._phase_space import PhaseSpace
 
         spec = self.initial_state
         name = type(system).__name__
@@ -524,7 +423,7 @@ class Scenario:
         import jax
         import jax.numpy as jnp
 
-        from .systems import AbstractHamiltonian
+        from ..systems import AbstractHamiltonian
 
         t0 = jnp.asarray(self.run.t0, dtype=dtype)
         conserved_names = tuple(jax.eval_shape(lambda s: system.conserved_quantities(t0, s), state0))
@@ -596,75 +495,17 @@ def _cast_floats(tree, dtype):
     return jtu.tree_map(lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, tree)
 
 
-def physics_hash(physics: dict) -> str:
-    """SHA-256 of a scenario's `physics()` dict (canonical JSON)."""
-    blob = json.dumps(physics, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def set_precision(precision: str) -> None:
-    """Enable JAX's 64-bit mode for `"float64"` (before arrays are made). `"float32"` leaves the
-    setting alone; scenario objects are cast to float32 explicitly."""
-    import jax
-
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}.")
-    if precision == "float64" and not jax.config.jax_enable_x64:
-        jax.config.update("jax_enable_x64", True)
-
-
 # --------------------------------------------------------------------------- parsing
 
 
-class _Checker:
-    def __init__(self, source: str):
-        self.source = source
-
-    def error(self, where: str, message: str) -> ScenarioError:
-        return ScenarioError(f"{self.source}: {where or 'top level'}: {message}")
-
-    def section(self, table: dict, where: str, schema: dict, *, required=(), extra_ok=False) -> dict:
-        """Check `table` against `schema` (key -> checker); return the checked values."""
-        out = {}
-        for key, value in table.items():
-            if key not in schema:
-                if extra_ok:
-                    out[key] = value
-                    continue
-                valid = ", ".join(schema)
-                raise self.error(where, f"unknown key {key!r}; valid keys are: {valid}.")
-            out[key] = self.value(f"{where} {key}" if where else key, value, schema[key])
-        for key in required:
-            if key not in table:
-                raise self.error(where or "top level", f"missing required key {key!r}.")
-        return out
-
-    def value(self, where: str, value, checker):
-        try:
-            return checker(value)
-        except _Expected as e:
-            raise self.error(where, f"expected {e}, got {_got(value)}.") from None
-
-
-def _lookup(checker: _Checker, where: str, name: str, registry: dict, kind: str) -> type:
+def _lookup(checker: Checker, where: str, name: str, registry: dict, kind: str) -> type:
     if name in registry:
         return registry[name]
-    hint = _did_you_mean(name, registry)
+    hint = did_you_mean(name, registry)
     raise checker.error(where, f"unknown {kind} {name!r}; valid names: {', '.join(registry)}.{hint}")
 
 
-def _did_you_mean(name: str, valid) -> str:
-    """" Did you mean 'X'?" for the valid name closest to a misspelt `name` (same letters in
-    another case first, then by similarity), or "" when none is close."""
-    valid = list(valid)
-    close = [n for n in valid if n.lower() == name.lower()]
-    if not close:
-        by_lower = {n.lower(): n for n in valid}
-        close = [by_lower[n] for n in difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)]
-    return f" Did you mean {close[0]!r}?" if close else ""
-
-
-def _check_params(checker: _Checker, where: str, cls, params: dict) -> dict:
+def _check_params(checker: Checker, where: str, cls, params: dict) -> dict:
     fields = _init_fields(cls)
     out = {}
     for key, value in params.items():
@@ -672,22 +513,22 @@ def _check_params(checker: _Checker, where: str, cls, params: dict) -> dict:
             valid = ", ".join(fields) or "(none)"
             raise checker.error(f"{where}.{key}",
                                 f"unknown parameter of {cls.__name__}; valid parameters: {valid}."
-                                f"{_did_you_mean(key, fields)}")
+                                f"{did_you_mean(key, fields)}")
         field = fields[key]
         static = field is not None and field.metadata.get("static", False)
-        out[key] = value if static else checker.value(f"{where}.{key}", value, _numeric_array)
+        out[key] = value if static else checker.value(f"{where}.{key}", value, numeric_array)
     return out
 
 
-def _check_initial_state(checker: _Checker, table: dict, system_cls) -> dict:
+def _check_initial_state(checker: Checker, table: dict, system_cls) -> dict:
     where = "[initial_state]"
     presets = _presets(system_cls)
     if "preset" in table:
-        preset = checker.value(f"{where} preset", table["preset"], _string)
+        preset = checker.value(f"{where} preset", table["preset"], string)
         if preset not in presets:
             raise checker.error(f"{where} preset",
                                 f"unknown preset {preset!r} for {system_cls.__name__}; "
-                                f"valid presets: {', '.join(presets) or '(none)'}.{_did_you_mean(preset, presets)}")
+                                f"valid presets: {', '.join(presets) or '(none)'}.{did_you_mean(preset, presets)}")
         params = inspect.signature(presets[preset]).parameters
         valid = [p for p in params if p != "self"]
         out = {"preset": preset}
@@ -698,7 +539,7 @@ def _check_initial_state(checker: _Checker, table: dict, system_cls) -> dict:
                 raise checker.error(f"{where} {key}",
                                     f"unknown key for preset {preset!r} ({system_cls.__name__}."
                                     f"{preset}_state); valid keys: {', '.join(['preset', *valid])}.")
-            out[key] = checker.value(f"{where} {key}", value, _numeric_array)
+            out[key] = checker.value(f"{where} {key}", value, numeric_array)
         return out
     out = checker.section(table, where, _STATE_KEYS)
     forms = [k for k in ("values", "positions", "default") if k in out]
@@ -721,7 +562,7 @@ def parse_scenario(text: str, source: str = "<scenario>", *, default_name: str =
 
     **Raises:** `ScenarioError`.
     """
-    checker = _Checker(source)
+    checker = Checker(source)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -729,7 +570,7 @@ def parse_scenario(text: str, source: str = "<scenario>", *, default_name: str =
     top = checker.section(data, "", _TOP_KEYS, required=("system", "integrator", "run"))
     name = top.get("name", default_name)
     if not name or any(c in name for c in "/\\") or name in (".", ".."):
-        raise checker.error("name", f"expected a plain name usable as a folder name, got {_got(name)}.")
+        raise checker.error("name", f"expected a plain name usable as a folder name, got {got(name)}.")
 
     system_table = checker.section(top["system"], "[system]", _SYSTEM_KEYS, required=("name",))
     system_cls = _lookup(checker, "[system] name", system_table["name"], system_classes(), "system")
@@ -773,11 +614,3 @@ def load_scenario(path, *, n_steps: int | None = None) -> Scenario:
     return scenario.with_overrides(n_steps=n_steps)
 
 
-def read_scenario_text(path: Path) -> str:
-    """The text of a scenario file, or a `ScenarioError` naming it."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: no such scenario file.") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ScenarioError(f"{path}: cannot read the scenario file ({e}).") from None

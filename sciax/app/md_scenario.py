@@ -82,7 +82,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .scenario import PRECISIONS, ScenarioError, _did_you_mean, _got, physics_hash, read_scenario_text, set_precision
+from .schema import PRECISIONS, ScenarioError, did_you_mean, got, physics_hash, read_scenario_text, set_precision
 
 INTEGRATORS = ("nve", "langevin", "nose_hoover", "bussi")
 POTENTIALS = ("lj", "wca")
@@ -115,7 +115,7 @@ class _Check:
         return ScenarioError(f"{self.source}: {where}: {message}")
 
     def expected(self, where, what, value) -> ScenarioError:
-        return self.error(where, f"expected {what}, got {_got(value)}.")
+        return self.error(where, f"expected {what}, got {got(value)}.")
 
     def table(self, data, where, keys, required=()):
         if not isinstance(data, dict):
@@ -123,7 +123,7 @@ class _Check:
         for key in data:
             if key not in keys:
                 raise self.error(f"{where} {key}", f"unknown key; valid keys: {', '.join(keys)}."
-                                 f"{_did_you_mean(key, keys)}")
+                                 f"{did_you_mean(key, keys)}")
         for key in required:
             if key not in data:
                 raise self.error(where, f"missing required key {key!r}.")
@@ -147,8 +147,8 @@ class _Check:
 
     def choice(self, where, value, options):
         if value not in options:
-            hint = _did_you_mean(value, options) if isinstance(value, str) else ""
-            raise self.error(where, f"expected one of {', '.join(repr(o) for o in options)}, got {_got(value)}."
+            hint = did_you_mean(value, options) if isinstance(value, str) else ""
+            raise self.error(where, f"expected one of {', '.join(repr(o) for o in options)}, got {got(value)}."
                              f"{hint}")
         return value
 
@@ -309,7 +309,7 @@ class MDScenario:
         import jax.numpy as jnp
         import jax.random as jr
 
-        from . import md
+        from .. import md
 
         set_precision(self.precision)
         dtype = jnp.dtype(self.precision)
@@ -371,7 +371,7 @@ class MDScenario:
     def _integrator(self, s: Stage, kT_unit, dtype):
         import jax.numpy as jnp
 
-        from . import md
+        from .. import md
 
         def a(x):
             return jnp.asarray(x, dtype)
@@ -388,7 +388,7 @@ class MDScenario:
     def _configuration(self):
         """(positions (N, 3), box lengths (3,), velocities or None, images or None, chains or None)
         as float64 NumPy arrays."""
-        from . import md
+        from .. import md
 
         if "lattice" in self.start:
             spec = self.start["lattice"]
@@ -633,7 +633,7 @@ def _parse_start(c: _Check, form: str, table, folder):
     path = Path(t["file"]).expanduser()
     if not path.is_absolute() and folder is not None:
         path = Path(folder) / path
-    from .md import read_xyz
+    from ..md import read_xyz
 
     try:
         frames = read_xyz(path)

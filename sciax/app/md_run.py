@@ -44,21 +44,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import io as sio
-from ._errors import NonFiniteStateError
-from ._simulate import simulate
-from ._version import __version__
+from .. import io as sio
+from .._errors import NonFiniteStateError
+from .._simulate import simulate
+from .._version import __version__
+from .folder import COPY_HEADER, FolderLock, Progress, ResumeError, RunResult, copied_by_sciax, diff, json_safe
 from .md_scenario import MDScenario, load_md_scenario
-from .runner import (
-    _COPY_HEADER,
-    ResumeError,
-    RunResult,
-    _copied_by_sciax,
-    _diff,
-    _FolderLock,
-    _json_safe,
-    _Progress,
-)
 from .scenario import ScenarioError
 
 CHECKPOINT_FORMAT = "sciax-md-checkpoint-1"
@@ -74,7 +65,7 @@ def _grouped_row_sums(values):
     depend on K: fixed-width groups of slots, added group after group. Slots past a row's last
     neighbour hold exact zeros, so a larger capacity adds zeros at the end and the sums keep their
     bits."""
-    from .md._regrow import CAPACITY_QUANTUM as Q
+    from ..md._regrow import CAPACITY_QUANTUM as Q
 
     n, k = values.shape
     groups = jnp.sum(values.reshape(n, k // Q, Q), axis=-1)
@@ -97,7 +88,7 @@ def thermo_observable(t, state, system):
     **Returns:** a dict: `kinetic`, `potential`, `virial` (energy units), `overflow` (int32
     bitmask), `required` (int32 `(2 + d,)`).
     """
-    from .md._bonds import bonded_terms
+    from ..md._bonds import bonded_terms
 
     x = state.positions
     n = x.shape[0]
@@ -133,7 +124,7 @@ def _init(integrator, system, t, state):
 def _quantised(system):
     """`system` with its neighbour capacity rounded up to a multiple of `CAPACITY_QUANTUM`: the
     forces, and `thermo_observable`'s sums, then have the same bits at any such capacity."""
-    from .md._regrow import CAPACITY_QUANTUM as Q
+    from ..md._regrow import CAPACITY_QUANTUM as Q
 
     caps = _capacities(system)
     caps["capacity"] = -(-caps["capacity"] // Q) * Q
@@ -146,7 +137,7 @@ def _capacities(system) -> dict:
 
 
 def _with_capacities(system, caps: dict):
-    from .md import VerletList
+    from ..md import VerletList
 
     s = system.neighbours
     return eqx.tree_at(lambda x: x.neighbours, system, VerletList(
@@ -178,15 +169,15 @@ def run_md(scenario: MDScenario, out_dir=None, *, resume: bool = False, progress
     stream = sys.stderr if stream is None else stream
     built = scenario.build()
     root = Path(out_dir) if out_dir is not None else scenario.output_dir
-    report = _Progress(scenario.name, scenario.n_steps, stream, progress)
+    report = Progress(scenario.name, scenario.n_steps, stream, progress)
     driver = _MDDriver(scenario, built, root, report)
-    with _FolderLock(root):
+    with FolderLock(root):
         driver.prepare(resume)
         return driver.loop(max_chunks)
 
 
 class _MDDriver:
-    def __init__(self, sc: MDScenario, b, root: Path, report: _Progress):
+    def __init__(self, sc: MDScenario, b, root: Path, report: Progress):
         self.sc, self.b, self.root, self.report = sc, b, root, report
         self.path = {k: root / v for k, v in FILES.items()}
         self.system = _quantised(b.system)
@@ -224,7 +215,7 @@ class _MDDriver:
         self._fresh()
 
     def _refuse_foreign_files(self):
-        if _copied_by_sciax(self.path["scenario"]) or self._our_checkpoint():
+        if copied_by_sciax(self.path["scenario"]) or self._our_checkpoint():
             return
         clashes = [v for v in FILES.values() if (self.root / v).exists()]
         if clashes:
@@ -239,11 +230,11 @@ class _MDDriver:
             return False
 
     def _copy_scenario(self):
-        header = f"{_COPY_HEADER} {__version__} from {self.sc.source}"
+        header = f"{COPY_HEADER} {__version__} from {self.sc.source}"
         if self.sc.overrides:
             header += "; command-line overrides: " + ", ".join(f"{k}={v}" for k, v in self.sc.overrides.items())
         text = self.sc.text
-        if text.startswith(_COPY_HEADER):
+        if text.startswith(COPY_HEADER):
             text = text.split("\n", 1)[1] if "\n" in text else ""
         with sio.atomic_write(self.path["scenario"], "w") as f:
             f.write(header + "\n" + text)
@@ -269,7 +260,7 @@ class _MDDriver:
         self._checkpoint()
 
     def _init_carry(self, stage: int, state):
-        from .md import MDState
+        from ..md import MDState
 
         state = MDState(state.positions, state.velocities, state.images)  # the new stage's thermostat starts anew
         integrator = self.b.integrators[stage]
@@ -298,7 +289,7 @@ class _MDDriver:
         except ValueError as e:
             raise ResumeError(f"cannot resume from {path}: {e} Run without --resume to start over.") from None
         if meta["scenario_hash"] != self.sc.hash():
-            changes = _diff(meta["physics"], self.sc.physics())
+            changes = diff(meta["physics"], self.sc.physics())
             raise ResumeError(
                 f"refusing to resume: the scenario {self.sc.source} differs from the one the checkpoint in "
                 f"{self.root} was written for ({'; '.join(changes) or 'contents differ'}). Restore the scenario, or "
@@ -411,7 +402,7 @@ class _MDDriver:
 
     def _chunk(self, n):
         """One chunk; on overflow (the carry's list or a frame's rebuild) grow and replay it."""
-        from .md import reallocate_carry
+        from ..md import reallocate_carry
 
         carry = self.carry
         while True:
@@ -429,7 +420,7 @@ class _MDDriver:
 
     def _grow(self, status: int, required, where: str):
         """Grow the capacities to what `required` (rows of `Neighbours.required`) asks; log it."""
-        from .md import describe_overflow
+        from ..md import describe_overflow
 
         grown = _quantised(self.system.grow(types.SimpleNamespace(required=required)))
         before, after = _capacities(self.system), _capacities(grown)
@@ -447,7 +438,7 @@ class _MDDriver:
 
     def _store(self, traj, n):
         """Append the chunk's thermo rows and XYZ frames (one write each), then advance."""
-        from .md import MDState, write_xyz
+        from ..md import MDState, write_xyz
 
         out = self.sc.output
         stage = self.sc.stages[self.stage]
@@ -527,7 +518,7 @@ class _MDDriver:
         last = len(self.sc.stages) - 1
         rdf = None
         if self.rdf_frames:
-            from .md import radial_distribution
+            from ..md import radial_distribution
 
             counts = self.rdf_counts / self.rdf_frames
             r, g = radial_distribution(counts, r_max=self.rdf_max, n_atoms=self.n, volume=self.volume)
@@ -546,7 +537,7 @@ class _MDDriver:
         files += [FILES["summary"], FILES["checkpoint"]]
         summary = self._summary(status, rows, diffusion, plot_error, files)
         with sio.atomic_write(self.path["summary"], "w") as f:
-            json.dump(_json_safe(summary), f, indent=2, allow_nan=False)
+            json.dump(json_safe(summary), f, indent=2, allow_nan=False)
             f.write("\n")
         return RunResult(out_dir=self.root, status=status, steps_done=self.steps_done, summary=summary)
 
@@ -657,7 +648,7 @@ def _mean_error(values) -> dict:
 def _diffusion(rows, stage, t_start):
     """D from the MSD of the last stage's rows (Einstein fit over its second half); times from the
     stage's start `t_start`, where the MSD is 0."""
-    from .md import diffusion_coefficient
+    from ..md import diffusion_coefficient
 
     these = rows[rows[:, 2] == stage]
     if len(these) < 4:
@@ -680,7 +671,7 @@ def _plots(driver, rows, rdf, diffusion) -> list[str]:
     matplotlib.use("Agg", force=False)
     from matplotlib.figure import Figure
 
-    from .plot import save_figure
+    from ..plot import save_figure
 
     sc = driver.sc
     c = {name: rows[:, i] for i, name in enumerate(COLUMNS)}
@@ -744,7 +735,7 @@ def _plots(driver, rows, rdf, diffusion) -> list[str]:
 def cli_run(args) -> int:
     """`sciax run SCENARIO` for an MD scenario (called by `sciax.cli`): same flags and exit
     statuses as the general runner (0, 1 failed, 2 bad input, 130 Ctrl-C, 143 SIGTERM)."""
-    from .runner import OutputFolderBusyError  # noqa: F401  (a ScenarioError: exit status 2)
+    from .folder import OutputFolderBusyError  # noqa: F401  (a ScenarioError: exit status 2)
 
     out = None if args.out is None else Path(args.out).expanduser()
     scenario = None
