@@ -82,7 +82,17 @@ from pathlib import Path
 
 import numpy as np
 
-from .schema import PRECISIONS, ScenarioError, did_you_mean, got, physics_hash, read_scenario_text, set_precision
+from .schema import (
+    PRECISIONS,
+    ScenarioError,
+    did_you_mean,
+    got,
+    override_record,
+    parse_toml,
+    physics_hash,
+    read_scenario_text,
+    set_precision,
+)
 
 INTEGRATORS = ("nve", "langevin", "nose_hoover", "bussi")
 POTENTIALS = ("lj", "wca")
@@ -467,17 +477,16 @@ _OUTPUT = ("dir", "thermo_every", "trajectory_every", "chunk_steps", "unwrapped"
 
 
 def parse_md_scenario(text: str, source: str = "<scenario>", *, default_name: str = "scenario",
-                      folder=None) -> MDScenario:
+                      folder=None, overrides=()) -> MDScenario:
     """Parse and validate MD scenario TOML `text`; `source` names the file in messages and
-    `folder` is where a `[start] file` is looked for (default: the current folder).
+    `folder` is where a `[start] file` is looked for (default: the current folder). `overrides`:
+    `"key.path=value"` strings (`sciax run --set`, e.g. `"stage.1.n_steps=200"`), validated like
+    the file.
 
     **Raises:** `ScenarioError` naming the file, the key, what was expected and what was found.
     """
-    c = _Check(source)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ScenarioError(f"{source}: not valid TOML: {e}.") from None
+    data = parse_toml(text, source, overrides)
+    c = _Check(f"{source} (with --set {' '.join(overrides)})" if overrides else source)
     c.table(data, "top level", _TOP, required=("md", "potential", "stage"))
     name = data.get("name", default_name)
     if not isinstance(name, str) or not name or any(ch in name for ch in "/\\") or name in (".", ".."):
@@ -590,7 +599,8 @@ def parse_md_scenario(text: str, source: str = "<scenario>", *, default_name: st
     output = MDOutput(**out)
     return MDScenario(source=source, text=text, name=name, description=description, md=md, start=start,
                       potential=pot, bonds=bonds, neighbours=nb, velocities=velocities, stages=tuple(stages),
-                      output=output, n_atoms=n_atoms, box_lengths=tuple(float(x) for x in lengths))
+                      output=output, n_atoms=n_atoms, box_lengths=tuple(float(x) for x in lengths),
+                      overrides=override_record(overrides))
 
 
 def _lengths_text(lengths) -> str:
@@ -707,11 +717,13 @@ def _parse_stages(c: _Check, stages):
     return out
 
 
-def load_md_scenario(path, *, n_steps: int | None = None) -> MDScenario:
-    """Read and validate the MD scenario file `path`; `n_steps` overrides the last stage's length.
+def load_md_scenario(path, *, n_steps: int | None = None, overrides=()) -> MDScenario:
+    """Read and validate the MD scenario file `path`; `overrides` are `sciax run --set` strings
+    (`"stage.1.n_steps=200"`), `n_steps` overrides the last stage's length.
 
     **Raises:** `ScenarioError` naming the file, the key and what was expected.
     """
     path = Path(path)
-    scenario = parse_md_scenario(read_scenario_text(path), str(path), default_name=path.stem, folder=path.parent)
+    scenario = parse_md_scenario(read_scenario_text(path), str(path), default_name=path.stem, folder=path.parent,
+                                 overrides=overrides)
     return scenario.with_overrides(n_steps=n_steps)

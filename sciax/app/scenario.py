@@ -43,9 +43,12 @@ was expected; unknown keys list the valid keys, unknown names list the valid nam
 """
 
 import dataclasses
+import hashlib
+import importlib
+import importlib.util
 import inspect
 import math
-import tomllib
+import sys
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -53,6 +56,7 @@ from pathlib import Path
 from .schema import (
     PRECISIONS,
     Checker,
+    Expected,
     ScenarioError,
     bool_or_auto,
     boolean,
@@ -63,6 +67,8 @@ from .schema import (
     got,
     nonnegative_int,
     numeric_array,
+    override_record,
+    parse_toml,
     physics_hash,
     positive_int,
     positive_number,
@@ -154,6 +160,81 @@ def _presets(cls) -> dict[str, Callable]:
     return dict(sorted(out.items()))
 
 
+def _kind_base(kind: str) -> type:
+    from .. import integrators, systems
+
+    return {"system": systems.AbstractODE, "integrator": integrators.AbstractIntegrator}[kind]
+
+
+def user_class(name: str, kind: str, folder=None) -> type:
+    """The user's class `name` = `"package.module:ClassName"` or `"path/to/file.py:ClassName"`
+    (a relative path is looked for next to the scenario file, in `folder`, then in the current
+    folder; a module is imported with both on `sys.path`), checked to be a concrete `kind`
+    (`"system"`: a subclass of `sciax.systems.AbstractODE`; `"integrator"`: of
+    `sciax.integrators.AbstractIntegrator`).
+
+    **Raises:** `LookupError` (no such file, module or class) or `TypeError` (not a class of the
+    right kind), with a message naming what was looked for.
+    """
+    where, _, class_name = name.rpartition(":")
+    if not where or not class_name.isidentifier():
+        raise LookupError(f"expected \"package.module:ClassName\" or \"file.py:ClassName\", got {name!r}")
+    folders = [Path(folder) if folder is not None else Path("."), Path(".")]
+    if where.endswith(".py"):
+        candidates = [Path(where)] if Path(where).is_absolute() else [f / where for f in folders]
+        path = next((c for c in candidates if c.is_file()), None)
+        if path is None:
+            raise LookupError(f"no file {where} (looked in {', '.join(str(c.parent) for c in candidates)})")
+        path = path.resolve()
+        module_name = f"sciax_user_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+        module = sys.modules.get(module_name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module  # dataclasses (Equinox modules) look their module up
+            try:
+                spec.loader.exec_module(module)
+            except Exception as e:
+                del sys.modules[module_name]
+                raise LookupError(f"importing {where} failed: {type(e).__name__}: {e}") from None
+    else:
+        added = [str(f.resolve()) for f in folders if str(f.resolve()) not in sys.path]
+        sys.path[:0] = added
+        try:
+            module = importlib.import_module(where)
+        except ImportError as e:
+            raise LookupError(f"cannot import the module {where!r}: {e}") from None
+        except Exception as e:
+            raise LookupError(f"importing {where} failed: {type(e).__name__}: {e}") from None
+        finally:
+            for a in added:
+                sys.path.remove(a)
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        found = sorted(n for n, v in vars(module).items() if isinstance(v, type) and not n.startswith("_")
+                       and issubclass(v, _kind_base(kind)) and not inspect.isabstract(v))
+        raise LookupError(f"{where} has no class {class_name!r}; its {kind} classes: "
+                          f"{', '.join(found) or '(none)'}.{did_you_mean(class_name, found)}")
+    base = _kind_base(kind)
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise TypeError(f"{name} is {'a class' if isinstance(cls, type) else 'a ' + type(cls).__name__} that is "
+                        f"not a {kind}: a {kind} is a subclass of {base.__module__.split('.')[0]}."
+                        f"{'systems' if kind == 'system' else 'integrators'}.{base.__name__}")
+    if inspect.isabstract(cls):
+        missing = ", ".join(sorted(cls.__abstractmethods__))
+        raise TypeError(f"{name} is abstract (it does not define {missing}), so it cannot be built")
+    return cls
+
+
+def _source_digest(cls) -> str | None:
+    """SHA-256 of the file that defines a user's class (recorded so that `--resume` notices an
+    edited system), or None if it has no file."""
+    try:
+        return hashlib.sha256(Path(inspect.getsourcefile(cls)).read_bytes()).hexdigest()
+    except (TypeError, OSError):
+        return None
+
+
 # --------------------------------------------------------------------------- settings
 
 
@@ -162,7 +243,7 @@ class RunSettings:
     """The `[run]` section, validated."""
 
     dt: float
-    n_steps: int
+    n_steps: int | None = None  # None only in a fit (the data's times set the run length)
     save_every: int = 1
     t0: float = 0.0
     precision: str = "float64"
@@ -170,6 +251,40 @@ class RunSettings:
     chunk_steps: int = DEFAULT_CHUNK_STEPS
     observables: tuple[str, ...] = ("conserved",)
     check_finite: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class SolveSettings:
+    """The `[solve]` section, validated: an adaptive (or stiff) Diffrax solve, `sciax.Solve`.
+
+    Save times: `save_at` (explicit, increasing, within [t0, t1]) or `n_save` times spaced
+    `"linear"`ly from `save_from` (default t0) to t1, or `"log"`arithmically (`save_from` > 0).
+    """
+
+    t1: float | None = None  # None only in a fit (the data's times)
+    solver: str = "tsit5"
+    t0: float = 0.0
+    rtol: float = 1e-8
+    atol: float = 1e-10
+    dt0: float | None = None
+    max_steps: int = 100_000
+    save_at: tuple[float, ...] | None = None
+    n_save: int = 201
+    spacing: str = "linear"
+    save_from: float | None = None
+    precision: str = "float64"
+    observables: tuple[str, ...] = ("conserved",)
+
+    def times(self):
+        """The save times, a NumPy float64 array."""
+        import numpy as np
+
+        if self.save_at is not None:
+            return np.asarray(self.save_at, dtype=np.float64)
+        start = self.t0 if self.save_from is None else self.save_from
+        if self.spacing == "log":
+            return np.geomspace(start, self.t1, self.n_save)
+        return np.linspace(start, self.t1, self.n_save)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,7 +297,7 @@ class OutputSettings:
 
 
 _TOP_KEYS = {"name": string, "description": string, "system": table, "initial_state": table,
-             "integrator": table, "run": table, "output": table}
+             "integrator": table, "run": table, "solve": table, "output": table}
 _SYSTEM_KEYS = {"name": string, "params": table}
 _INTEGRATOR_KEYS = {"name": string, "params": table}
 _STATE_KEYS = {"values": vector, "positions": vector, "velocities": vector, "preset": string,
@@ -191,6 +306,29 @@ _RUN_KEYS = {"dt": positive_number, "n_steps": positive_int, "save_every": posit
              "t0": finite_number, "precision": choice(*PRECISIONS), "seed": nonnegative_int,
              "chunk_steps": positive_int, "observables": string_list, "check_finite": boolean}
 _OUTPUT_KEYS = {"dir": folder, "plot": boolean, "states_csv": bool_or_auto}
+
+
+def _solver_names() -> tuple[str, ...]:
+    from .._solve import SolverName
+
+    return typing.get_args(SolverName)
+
+
+def _increasing_times(value):
+    vector(value)
+    if any(isinstance(v, list) for v in value) or len(value) < 1 or any(b <= a for a, b in zip(value, value[1:])):
+        raise Expected("an increasing array of times, e.g. [0.0, 1.0, 10.0]")
+    return tuple(float(v) for v in value)
+
+
+_SOLVE_KEYS = {"solver": string, "t0": finite_number, "t1": finite_number, "rtol": positive_number,
+               "atol": positive_number, "dt0": positive_number, "max_steps": positive_int,
+               "save_at": _increasing_times, "n_save": positive_int, "spacing": choice("linear", "log"),
+               "save_from": finite_number, "precision": choice(*PRECISIONS), "observables": string_list}
+
+# Job tables: a scenario with one of these runs that job with the model above; each module has
+# `parse_settings(checker, table, scenario) -> settings` and `run(scenario, out_dir, ...)`.
+JOBS = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,6 +341,9 @@ class Built:
       integrators) or `None`.
     - `observables`: dict name -> `fn(t, state, system)`. `conserved`: the names among them
       that the exact dynamics conserve (their drift is reported).
+    - `rollout`: how to integrate, `sciax.Simulate` (`[integrator]` and `[run]`; `integrator`
+      is its integrator) or `sciax.Solve` (`[solve]`; `integrator` is None). Without a run
+      length (`[run] n_steps`, `[solve] t1`: a fit takes them from the data) it has none.
     """
 
     system: object
@@ -212,6 +353,7 @@ class Built:
     key: object
     observables: dict
     conserved: tuple[str, ...]
+    rollout: object = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,11 +370,26 @@ class Scenario:
     system_name: str
     system_params: dict
     initial_state: dict
-    integrator_name: str
-    integrator_params: dict
-    run: RunSettings
+    integrator_name: str | None  # None with [solve]
+    integrator_params: dict | None
+    run: RunSettings | None  # None with [solve]
     output: OutputSettings
     overrides: dict = dataclasses.field(default_factory=dict)
+    solve: SolveSettings | None = None
+    job: object = None  # the validated [sweep] or [fit] table (`JOBS`), or None
+    folder: str = "."  # the scenario file's folder: user .py files and data files are found from it
+
+    @property
+    def kind(self) -> str:
+        """`"run"` (fixed step, `[integrator]` + `[run]`), `"solve"` (`[solve]`), or the job
+        table's name (`"sweep"`, `"fit"`)."""
+        if self.job is not None:
+            return self.job.KIND
+        return "solve" if self.solve is not None else "run"
+
+    @property
+    def precision(self) -> str:
+        return (self.run or self.solve).precision
 
     # -- identity
 
@@ -242,17 +399,35 @@ class Scenario:
         `n_steps` (a run may be extended) and `chunk_steps` (results do not depend on it) are
         left out, as are `[output]` and, for a deterministic integrator, `seed`.
         """
-        run = dataclasses.asdict(self.run)
-        for k in ("n_steps", "chunk_steps"):
-            run.pop(k)
-        integrator_cls = integrator_classes().get(self.integrator_name)
-        if integrator_cls is not None and not getattr(integrator_cls, "stochastic", False):
-            run.pop("seed")  # no noise: the seed cannot change the trajectory
-        run["observables"] = list(run["observables"])
-        return {"system": {"name": self.system_name, "params": self.system_params},
-                "initial_state": self.initial_state,
-                "integrator": {"name": self.integrator_name, "params": self.integrator_params},
-                "run": run}
+        system = {"name": self.system_name, "params": self.system_params}
+        if ":" in self.system_name:
+            system["source_sha256"] = _source_digest(self.system_class())
+        out = {"system": system, "initial_state": self.initial_state}
+        if self.solve is not None:
+            solve = dataclasses.asdict(self.solve)
+            out["solve"] = {k: list(v) if isinstance(v, tuple) else v for k, v in solve.items()}
+        else:
+            run = dataclasses.asdict(self.run)
+            for k in ("n_steps", "chunk_steps"):
+                run.pop(k)
+            if not getattr(self.integrator_class(), "stochastic", False):
+                run.pop("seed")  # no noise: the seed cannot change the trajectory
+            run["observables"] = list(run["observables"])
+            integrator = {"name": self.integrator_name, "params": self.integrator_params}
+            if ":" in self.integrator_name:
+                integrator["source_sha256"] = _source_digest(self.integrator_class())
+            out.update(integrator=integrator, run=run)
+        if self.job is not None:
+            out[self.kind] = self.job.physics()
+        return out
+
+    def system_class(self) -> type:
+        """The system class `[system] name` names (a library class or the user's)."""
+        return _resolve(self.system_name, "system", self.folder)
+
+    def integrator_class(self) -> type:
+        """The integrator class `[integrator] name` names (None with `[solve]`)."""
+        return None if self.integrator_name is None else _resolve(self.integrator_name, "integrator", self.folder)
 
     def hash(self) -> str:
         """SHA-256 of `physics()` (canonical JSON)."""
@@ -263,7 +438,7 @@ class Scenario:
         Checkpoints written before `seed` was left out for deterministic integrators still
         record it; it is ignored where it cannot matter."""
         current = self.physics()
-        if "seed" not in current["run"] and isinstance(recorded.get("run"), dict):
+        if "seed" not in current.get("run", {"seed": 0}) and isinstance(recorded.get("run"), dict):
             recorded = {**recorded, "run": {k: v for k, v in recorded["run"].items() if k != "seed"}}
         return physics_hash(recorded) == physics_hash(current)
 
@@ -271,6 +446,9 @@ class Scenario:
         """A copy with command-line overrides applied and validated (`--n-steps`)."""
         if n_steps is None:
             return self
+        if self.run is None:
+            raise ScenarioError(f"--n-steps: {self.source} has no [run] (it solves with [solve]); set its span "
+                                "with --set solve.t1=... instead.")
         if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps <= 0:
             raise ScenarioError(f"--n-steps: expected a positive integer, got {n_steps!r}.")
         if n_steps % self.run.save_every:
@@ -292,42 +470,83 @@ class Scenario:
 
         **Raises:** `ScenarioError` naming the section and key a constructor or check rejected.
         """
-        import jax
         import jax.numpy as jnp
         import jax.random as jr
 
-        set_precision(self.run.precision)
-        dtype = jnp.dtype(self.run.precision)
+        set_precision(self.precision)
+        dtype = jnp.dtype(self.precision)
 
-        system_cls = system_classes()[self.system_name]
-        system = _cast_floats(self._construct(system_cls, self.system_params, "[system] params", dtype),
+        system = _cast_floats(self._construct(self.system_class(), self.system_params, "[system] params", dtype),
                               dtype)
-        integrator_cls = integrator_classes()[self.integrator_name]
+        if self.solve is not None:
+            return self._build_solve(system, dtype)
         integrator = _cast_floats(
-            self._construct(integrator_cls, self.integrator_params, "[integrator] params", dtype), dtype)
+            self._construct(self.integrator_class(), self.integrator_params, "[integrator] params", dtype), dtype)
         try:
             integrator.check_system(system)
         except TypeError as e:
             raise self._error("[integrator] name",
                               f"{self.integrator_name} cannot step {self.system_name}: {e}") from None
 
-        state0 = _cast_floats(self._initial_state(system, dtype), dtype)
+        state0 = self._initial_checked(system, dtype)
+        self._check_run_range(dtype, integrator)
+        key = jr.key(self.run.seed) if integrator.stochastic else None
+        self._check_one_step(system, state0, integrator, key, dtype)
+        observables, conserved = self._observables(system, state0, dtype, self.run.t0, self.run.observables, "[run]")
+        from .._rollout import Simulate
+
+        rollout = Simulate(integrator, self.run.dt, n_steps=self.run.n_steps, save_every=self.run.save_every,
+                           t0=self.run.t0, observables=observables or None)
+        return Built(system=system, state0=state0, integrator=integrator, dtype=dtype, key=key,
+                     observables=observables, conserved=conserved, rollout=rollout)
+
+    def _initial_checked(self, system, dtype):
+        import jax
+        import jax.numpy as jnp
+
         from .._errors import StateMismatchError
 
+        state0 = _cast_floats(self._initial_state(system, dtype), dtype)
         try:
             system.check_state(state0)
         except StateMismatchError as e:
             raise self._error("[initial_state]", f"the state does not fit {self.system_name}: {e}") from None
-
         if not all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(state0)):
             raise self._error("[initial_state]", f"the initial state is not finite (NaN/Inf): {state0}. "
                               "Check the values or the preset's arguments.")
-        self._check_run_range(dtype, integrator)
-        key = jr.key(self.run.seed) if integrator.stochastic else None
-        self._check_one_step(system, state0, integrator, key, dtype)
-        observables, conserved = self._observables(system, state0, dtype)
-        return Built(system=system, state0=state0, integrator=integrator, dtype=dtype, key=key,
-                     observables=observables, conserved=conserved)
+        return state0
+
+    def _build_solve(self, system, dtype) -> Built:
+        """`[solve]`: the system, the initial state and a `sciax.Solve` rollout, checked by
+        tracing one evaluation of the vector field (no compute)."""
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+        from .._rollout import Solve
+
+        s = self.solve
+        state0 = self._initial_checked(system, dtype)
+        for key_name in ("t0", "t1", "dt0", "save_from"):
+            value = getattr(s, key_name)
+            if value is not None and not math.isfinite(float(np.asarray(value, dtype))):
+                raise self._error(f"[solve] {key_name}", f"{value!r} is not finite in {jnp.dtype(dtype).name}.")
+        try:
+            after = jax.eval_shape(lambda y: system.vector_field(jnp.asarray(s.t0, dtype), y, None), state0)
+            problem = None if jax.tree_util.tree_structure(after) == jax.tree_util.tree_structure(state0) else \
+                f"the vector field returns {_shapes(after)} for a state {_shapes(state0)}"
+        except Exception as e:  # noqa: BLE001 - any failure of the user's combination is reported
+            first_line = str(e).splitlines()[0] if str(e) else ""
+            problem = f"evaluating the vector field fails: {type(e).__name__}: {first_line}"
+        if problem is not None:
+            raise self._error("[system] params", f"{self.system_name}({_kwargs_text(self.system_params)}) with this "
+                              f"[initial_state] does not fit together: {problem}.")
+        observables, conserved = self._observables(system, state0, dtype, s.t0, s.observables, "[solve]")
+        save_at = None if s.t1 is None else jnp.asarray(s.times(), dtype)
+        rollout = Solve(s.solver, t0=s.t0, t1=s.t1, save_at=save_at, rtol=s.rtol, atol=s.atol, dt0=s.dt0,
+                        max_steps=s.max_steps, observables=observables or None)
+        return Built(system=system, state0=state0, integrator=None, dtype=dtype, key=None,
+                     observables=observables, conserved=conserved, rollout=rollout)
 
     def _check_run_range(self, dtype, integrator):
         """What validates as a number can still fail in the run's precision: dt or t0 that
@@ -343,10 +562,11 @@ class Scenario:
             if not math.isfinite(cast) or (key_name == "dt" and cast <= 0):
                 raise self._error(f"[run] {key_name}", f"{value!r} is {cast} in {jnp.dtype(dtype).name}.")
         counter = jnp.arange(1).dtype
-        if self.run.n_steps > jnp.iinfo(counter).max:
+        n_steps = self.run.n_steps or 0
+        if n_steps > jnp.iinfo(counter).max:
             raise self._error("[run] n_steps", f"{self.run.n_steps} steps do not fit the {counter.name} step counter "
                               f"(at most {jnp.iinfo(counter).max}); use precision = \"float64\" (64-bit counters).")
-        if integrator.stochastic and self.run.n_steps > 2**32:
+        if integrator.stochastic and n_steps > 2**32:
             raise self._error("[run] n_steps", f"a stochastic run can take at most 2**32 steps (each step's key "
                               f"folds in a 32-bit step index); got {self.run.n_steps}.")
         if self.run.seed > 2**32 - 1:
@@ -419,26 +639,26 @@ class Scenario:
             raise self._error("[initial_state]",
                               f"{name}.{preset}_state({_kwargs_text(kwargs)}) failed: {e}") from None
 
-    def _observables(self, system, state0, dtype):
+    def _observables(self, system, state0, dtype, t0, names, section):
         import jax
         import jax.numpy as jnp
 
         from ..systems import AbstractHamiltonian
 
-        t0 = jnp.asarray(self.run.t0, dtype=dtype)
+        t0 = jnp.asarray(t0, dtype=dtype)
         conserved_names = tuple(jax.eval_shape(lambda s: system.conserved_quantities(t0, s), state0))
         available = {k: ConservedQuantity(k) for k in conserved_names}
         if isinstance(system, AbstractHamiltonian):
             available = {**{k: HamiltonianObservable(k) for k in HamiltonianObservable.NAMES}, **available}
         chosen = {}
-        for name in self.run.observables:
+        for name in names:
             if name == "conserved":
                 chosen.update({k: available[k] for k in conserved_names})
             elif name in available:
                 chosen[name] = available[name]
             else:
                 valid = ", ".join(sorted({"conserved", *available}))
-                raise self._error("[run] observables",
+                raise self._error(f"{section} observables",
                                   f"unknown observable {name!r} for {self.system_name}; valid names: {valid}.")
         return chosen, tuple(k for k in chosen if k in conserved_names)
 
@@ -498,11 +718,22 @@ def _cast_floats(tree, dtype):
 # --------------------------------------------------------------------------- parsing
 
 
-def _lookup(checker: Checker, where: str, name: str, registry: dict, kind: str) -> type:
+def _resolve(name: str, kind: str, folder) -> type:
+    """A library class by name, or the user's (`user_class`) for a name with a colon."""
+    if ":" in name:
+        return user_class(name, kind, folder)
+    registry = system_classes() if kind == "system" else integrator_classes()
     if name in registry:
         return registry[name]
-    hint = did_you_mean(name, registry)
-    raise checker.error(where, f"unknown {kind} {name!r}; valid names: {', '.join(registry)}.{hint}")
+    raise LookupError(f"unknown {kind} {name!r}; valid names: {', '.join(registry)} (or your own class: "
+                      f"\"package.module:ClassName\" or \"file.py:ClassName\").{did_you_mean(name, registry)}")
+
+
+def _lookup(checker: Checker, where: str, name: str, kind: str, folder) -> type:
+    try:
+        return _resolve(name, kind, folder)
+    except (LookupError, TypeError) as e:
+        raise checker.error(where, str(e).rstrip(".") + ".") from None
 
 
 def _check_params(checker: Checker, where: str, cls, params: dict) -> dict:
@@ -557,32 +788,69 @@ def _check_initial_state(checker: Checker, table: dict, system_cls) -> dict:
     return out
 
 
-def parse_scenario(text: str, source: str = "<scenario>", *, default_name: str = "scenario") -> Scenario:
-    """Parse and validate scenario TOML `text`; `source` names the file in error messages.
+def parse_scenario(text: str, source: str = "<scenario>", *, default_name: str = "scenario", folder=None,
+                   overrides=()) -> Scenario:
+    """Parse and validate scenario TOML `text`; `source` names the file in error messages,
+    `folder` is where the user's `.py` files and data files are looked for (default: the
+    current folder), `overrides` are `sciax run --set` strings (`"run.dt=0.01"`), validated
+    like the file.
 
     **Raises:** `ScenarioError`.
     """
-    checker = Checker(source)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ScenarioError(f"{source}: not valid TOML: {e}.") from None
-    top = checker.section(data, "", _TOP_KEYS, required=("system", "integrator", "run"))
+    data = parse_toml(text, source, overrides)
+    checker = Checker(f"{source} (with --set {' '.join(overrides)})" if overrides else source)
+    folder = str(folder) if folder is not None else "."
+    top = checker.section(data, "", {**_TOP_KEYS, **{k: table for k in JOBS}}, required=("system",))
     name = top.get("name", default_name)
     if not name or any(c in name for c in "/\\") or name in (".", ".."):
         raise checker.error("name", f"expected a plain name usable as a folder name, got {got(name)}.")
+    jobs = [k for k in JOBS if k in top]
+    if len(jobs) > 1:
+        raise checker.error("top level", f"expected at most one job table, got [{'] and ['.join(jobs)}]; "
+                            "a scenario sweeps or fits, not both.")
+    fitting = jobs == ["fit"]
 
     system_table = checker.section(top["system"], "[system]", _SYSTEM_KEYS, required=("name",))
-    system_cls = _lookup(checker, "[system] name", system_table["name"], system_classes(), "system")
+    system_cls = _lookup(checker, "[system] name", system_table["name"], "system", folder)
     system_params = _check_params(checker, "[system] params", system_cls, system_table.get("params", {}))
 
     initial_state = _check_initial_state(checker, top.get("initial_state", {"default": True}), system_cls)
 
-    integ_table = checker.section(top["integrator"], "[integrator]", _INTEGRATOR_KEYS, required=("name",))
-    integ_cls = _lookup(checker, "[integrator] name", integ_table["name"], integrator_classes(), "integrator")
-    integ_params = _check_params(checker, "[integrator] params", integ_cls, integ_table.get("params", {}))
+    fixed, adaptive = "integrator" in top or "run" in top, "solve" in top
+    if fixed == adaptive:
+        raise checker.error("top level", "expected how to integrate: either [integrator] with [run] (fixed "
+                            "steps) or [solve] (adaptive or stiff, Diffrax)"
+                            f"{', not both' if fixed else '; got neither'}.")
+    integ_table = integ_params = run = solve = None
+    if fixed:
+        for section in ("integrator", "run"):
+            if section not in top:
+                raise checker.error("top level", f"missing required key {section!r} (fixed-step runs need "
+                                    "[integrator] and [run]).")
+        integ_table = checker.section(top["integrator"], "[integrator]", _INTEGRATOR_KEYS, required=("name",))
+        integ_cls = _lookup(checker, "[integrator] name", integ_table["name"], "integrator", folder)
+        integ_params = _check_params(checker, "[integrator] params", integ_cls, integ_table.get("params", {}))
+        run = _parse_run(checker, top["run"], need_length=not fitting)
+    else:
+        solve = _parse_solve(checker, top["solve"], need_span=not fitting)
 
-    run_table = checker.section(top["run"], "[run]", _RUN_KEYS, required=("dt", "n_steps"))
+    output_table = checker.section(top.get("output", {}), "[output]", _OUTPUT_KEYS)
+    output_table.setdefault("dir", str(Path("runs") / name))
+    output = OutputSettings(**output_table)
+
+    scenario = Scenario(source=source, text=text, name=name, description=top.get("description", ""),
+                        system_name=system_table["name"], system_params=system_params,
+                        initial_state=initial_state, integrator_name=integ_table and integ_table["name"],
+                        integrator_params=integ_params, run=run, output=output, solve=solve, folder=folder,
+                        overrides=override_record(overrides))
+    if jobs:
+        module = importlib.import_module(JOBS[jobs[0]])
+        scenario = dataclasses.replace(scenario, job=module.parse_settings(checker, top[jobs[0]], scenario))
+    return scenario
+
+
+def _parse_run(checker: Checker, table: dict, *, need_length: bool) -> RunSettings:
+    run_table = checker.section(table, "[run]", _RUN_KEYS, required=("dt", "n_steps") if need_length else ("dt",))
     save_every = run_table.get("save_every", 1)
     for key in ("n_steps", "chunk_steps"):
         if key in run_table and run_table[key] % save_every:
@@ -592,25 +860,45 @@ def parse_scenario(text: str, source: str = "<scenario>", *, default_name: str =
         run_table["chunk_steps"] = max(save_every, DEFAULT_CHUNK_STEPS // save_every * save_every)
     if "observables" in run_table:
         run_table["observables"] = tuple(dict.fromkeys(run_table["observables"]))
-    run = RunSettings(**run_table)
-
-    output_table = checker.section(top.get("output", {}), "[output]", _OUTPUT_KEYS)
-    output_table.setdefault("dir", str(Path("runs") / name))
-    output = OutputSettings(**output_table)
-
-    return Scenario(source=source, text=text, name=name, description=top.get("description", ""),
-                    system_name=system_table["name"], system_params=system_params,
-                    initial_state=initial_state, integrator_name=integ_table["name"],
-                    integrator_params=integ_params, run=run, output=output)
+    return RunSettings(**run_table)
 
 
-def load_scenario(path, *, n_steps: int | None = None) -> Scenario:
-    """Read and validate the scenario file `path`; `n_steps` overrides `[run] n_steps`.
+def _parse_solve(checker: Checker, table: dict, *, need_span: bool) -> SolveSettings:
+    where = "[solve]"
+    s = checker.section(table, where, _SOLVE_KEYS, required=("t1",) if need_span else ())
+    solvers = _solver_names()
+    if s.get("solver", "tsit5") not in solvers:
+        raise checker.error(f"{where} solver", f"unknown solver {s['solver']!r}; valid solvers: {', '.join(solvers)} "
+                            f"(stiff problems: implicit_euler, kvaerno3/4/5).{did_you_mean(s['solver'], solvers)}")
+    t0 = s.get("t0", 0.0)
+    if "t1" in s and s["t1"] <= t0:
+        raise checker.error(f"{where} t1", f"expected a time after t0 ({t0:g}), got {s['t1']!r}.")
+    if "save_at" in s:
+        clash = [k for k in ("n_save", "spacing", "save_from") if k in s]
+        if clash:
+            raise checker.error(f"{where} save_at", f"give either save_at = [...] or n_save/spacing/save_from, "
+                                f"not both (also given: {', '.join(clash)}).")
+        if "t1" in s and not (t0 <= s["save_at"][0] and s["save_at"][-1] <= s["t1"]):
+            raise checker.error(f"{where} save_at", f"expected times within [t0, t1] = [{t0:g}, {s['t1']:g}], got "
+                                f"{s['save_at'][0]:g} ... {s['save_at'][-1]:g}.")
+    start = s.get("save_from", t0)
+    if "save_from" in s and not (t0 <= start < s.get("t1", math.inf)):
+        raise checker.error(f"{where} save_from", f"expected a time in [t0, t1), got {start!r}.")
+    if s.get("spacing") == "log" and start <= 0:
+        raise checker.error(f"{where} spacing", f"log-spaced save times need a positive first time; set save_from "
+                            f"(e.g. save_from = 1e-6), got {start!r}.")
+    if "observables" in s:
+        s["observables"] = tuple(dict.fromkeys(s["observables"]))
+    return SolveSettings(**s)
+
+
+def load_scenario(path, *, n_steps: int | None = None, overrides=()) -> Scenario:
+    """Read and validate the scenario file `path`; `overrides` are `sciax run --set` strings
+    (`"run.dt=0.01"`), `n_steps` overrides `[run] n_steps`.
 
     **Raises:** `ScenarioError` naming the file, the key and what was expected.
     """
     path = Path(path)
-    scenario = parse_scenario(read_scenario_text(path), str(path), default_name=path.stem)
+    scenario = parse_scenario(read_scenario_text(path), str(path), default_name=path.stem, folder=path.parent,
+                              overrides=overrides)
     return scenario.with_overrides(n_steps=n_steps)
-
-

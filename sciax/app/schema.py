@@ -201,3 +201,67 @@ def read_scenario_text(path: Path) -> str:
         raise ScenarioError(f"{path}: no such scenario file.") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ScenarioError(f"{path}: cannot read the scenario file ({e}).") from None
+
+
+def parse_toml(text: str, source: str, overrides=()) -> dict:
+    """The TOML document `text` as a dict, with command-line `overrides` applied.
+
+    `overrides` are `"key.path=value"` strings (`sciax run --set`): the value is read as a TOML
+    value (`0.01`, `"rk4"`, `[1, 2]`, `{ start = 0, stop = 1, n = 5 }`; a bare word that is not
+    TOML is taken as a string), and set at the key path, creating tables on the way. What the
+    path names is then validated like the file itself, so a misspelt key is an unknown-key error
+    listing the valid keys.
+
+    **Raises:** `ScenarioError` naming the file (not valid TOML) or the override (malformed).
+    """
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"{source}: not valid TOML: {e}.") from None
+    for item in overrides:
+        path, value = _parse_override(item)
+        node = data
+        for i, key in enumerate(path):
+            last = i == len(path) - 1
+            if isinstance(node, list):  # an array of tables ([[stage]]): the key is an index
+                if not key.isdigit() or int(key) >= len(node):
+                    raise ScenarioError(f"--set {item}: {'.'.join(path[:i])} is an array of {len(node)} entries "
+                                        f"in {source}; expected an index 0..{len(node) - 1}, got {key!r}.")
+                key = int(key)
+            elif not isinstance(node, dict):
+                raise ScenarioError(f"--set {item}: {'.'.join(path[:i])} is a {toml_type(node)} in {source}, "
+                                    f"not a table, so it has no key {key!r}.")
+            if last:
+                node[key] = value
+            else:
+                node = node.setdefault(key, {}) if isinstance(node, dict) else node[key]
+    return data
+
+
+def override_record(overrides) -> dict:
+    """`["run.dt=0.01"]` -> `{"run.dt": 0.01}`: the overrides as recorded in a run's summary and
+    its copy of the scenario file."""
+    return {".".join(path): value for path, value in map(_parse_override, overrides)}
+
+
+def _parse_override(item: str) -> tuple[list[str], object]:
+    """`"run.dt=0.01"` -> (["run", "dt"], 0.01)."""
+    import tomllib
+
+    if not isinstance(item, str) or "=" not in item:
+        raise ScenarioError(f"--set: expected key.path=value (e.g. --set run.dt=0.01), got {item!r}.")
+    key, text = item.split("=", 1)
+    path = [k.strip() for k in key.strip().split(".")]
+    if not all(path):
+        raise ScenarioError(f"--set {item}: expected a dotted key path such as run.dt or system.params.rho, "
+                            f"got {key.strip()!r}.")
+    try:
+        value = tomllib.loads(f"v = {text.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        if not text.strip() or any(c in text for c in "[]{}\"'="):
+            raise ScenarioError(f"--set {item}: the value {text.strip()!r} is not a TOML value (numbers as "
+                                "1.5, strings as \"rk4\", arrays as [1, 2]).") from None
+        value = text.strip()  # a bare word: a string
+    return path, value
