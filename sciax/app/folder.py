@@ -32,10 +32,13 @@ class RunResult:
 
 
 class Progress:
-    """One status line on stderr: steps done / total, steps/s, ETA. Redrawn in place on a TTY."""
+    """One status line on stderr: units done / total, units/s, ETA. Redrawn in place on a TTY;
+    when `stream` is not a terminal, a line every 2 s and the final one.
 
-    def __init__(self, name: str, total: int, stream, enabled: bool):
-        self.name, self.total, self.stream, self.enabled = name, total, stream, enabled
+    `unit` names what is counted: `"steps"` (a run) or `"members"` (a sweep)."""
+
+    def __init__(self, name: str, total: int, stream, enabled: bool, unit: str = "steps"):
+        self.name, self.total, self.stream, self.enabled, self.unit = name, total, stream, enabled, unit
         self.tty = enabled and hasattr(stream, "isatty") and stream.isatty()
         self.last_print = -math.inf
         self.width = 0  # length of the line now on the terminal
@@ -50,7 +53,7 @@ class Progress:
         rate = session_steps / elapsed if elapsed > 0 else float("nan")
         eta = (self.total - done) / rate if rate > 0 else float("nan")
         pct = 100.0 * done / self.total if self.total else 100.0
-        line = (f"{self.name}: {done}/{self.total} steps ({pct:5.1f}%)  {rate:.3g} steps/s  "
+        line = (f"{self.name}: {done}/{self.total} {self.unit} ({pct:5.1f}%)  {rate:.3g} {self.unit}/s  "
                 f"ETA {hms(eta)}")
         if self.tty:  # padded over the previous line, which may have been longer
             self.stream.write("\r" + line.ljust(self.width) + ("\n" if final else ""))
@@ -183,3 +186,20 @@ def diff(old: dict, new: dict, prefix: str = "") -> list[str]:
         elif a != b or type(a) is not type(b):  # 28 vs 28.0 hash differently: name it
             out.append(f"{path}: {json.dumps(a)} -> {json.dumps(b)}")
     return out
+
+
+def write_scenario_copy(path: Path, scenario) -> None:
+    """Write the marked copy of `scenario`'s file to `path` (atomically): a `COPY_HEADER` line
+    naming the sciax version, the source file and any command-line overrides, then the file's
+    text (a copy of a copy keeps one header)."""
+    from .. import io as sio
+    from .._version import __version__
+
+    header = f"{COPY_HEADER} {__version__} from {scenario.source}"
+    if scenario.overrides:
+        header += "; command-line overrides: " + ", ".join(f"{k}={v}" for k, v in scenario.overrides.items())
+    text = scenario.text
+    if text.startswith(COPY_HEADER):
+        text = text.split("\n", 1)[1] if "\n" in text else ""
+    with sio.atomic_write(path, "w") as f:
+        f.write(header + "\n" + text)
