@@ -768,9 +768,9 @@ def _summary(scenario, result, fit, status, stats, start_wall, fit_s, plot_error
     }
 
 
-def report(result: RunResult) -> list[str]:
-    """A short human summary of a fit run: its status, iterations, χ² (or SSE) and the fitted
-    values ± standard errors."""
+def report(scenario, result: RunResult) -> list[str]:
+    """A short human summary of a fit of `scenario` (`run`'s `result`): its status, iterations,
+    χ² (or SSE) and the fitted values ± standard errors."""
     s = result.summary
     f = s["fit"]
     name = _CHI2_TEXT[f["chi_square_name"]]
