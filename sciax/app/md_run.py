@@ -49,7 +49,7 @@ from .._errors import NonFiniteStateError
 from .._simulate import simulate
 from .._version import __version__
 from .folder import COPY_HEADER, FolderLock, Progress, ResumeError, RunResult, copied_by_sciax, diff, json_safe
-from .md_scenario import MDScenario, load_md_scenario
+from .md_scenario import MDScenario
 from .scenario import ScenarioError
 
 CHECKPOINT_FORMAT = "sciax-md-checkpoint-1"
@@ -732,49 +732,22 @@ def _plots(driver, rows, rdf, diffusion) -> list[str]:
 # --------------------------------------------------------------------------- command line
 
 
-def cli_run(args) -> int:
-    """`sciax run SCENARIO` for an MD scenario (called by `sciax.cli`): same flags and exit
-    statuses as the general runner (0, 1 failed, 2 bad input, 130 Ctrl-C, 143 SIGTERM)."""
-    from .folder import OutputFolderBusyError  # noqa: F401  (a ScenarioError: exit status 2)
+run = run_md  # the name every job module of `sciax run` has
 
-    out = None if args.out is None else Path(args.out).expanduser()
-    scenario = None
-    try:
-        scenario = load_md_scenario(args.scenario, n_steps=args.n_steps)
-        result = run_md(scenario, out, resume=args.resume, progress=not args.quiet)
-    except ScenarioError as e:
-        print(f"sciax run: error: {e}", file=sys.stderr)
-        return 2
-    except (NonFiniteStateError, RuntimeError) as e:
-        print(f"sciax run: error: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        where = f" ({e.filename})" if e.filename else ""
-        print(f"sciax run: error: cannot write the outputs{where}: {e.strerror or e}.", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as e:
-        terminated = type(e).__name__ == "_Terminated"
-        how, code = ("terminated (SIGTERM)", 143) if terminated else ("interrupted", 130)
-        folder = out if out is not None else scenario.output_dir if scenario is not None else None
-        if folder is None or not (folder / "checkpoint.npz").exists():
-            print(f"sciax run: {how} before anything was written.", file=sys.stderr)
-            return code
-        print(f"sciax run: {how}; the outputs so far and a checkpoint are in {folder}/; continue with --resume.",
-              file=sys.stderr)
-        return code
+
+def report(scenario: MDScenario, result: RunResult) -> list[str]:
+    """The lines `sciax run` prints after an MD run: rate, production means, drift."""
     s = result.summary
-    if not args.quiet:
-        rate = s["atom_steps_per_second"]
-        print(f"{scenario.name}: {result.status}, {s['steps_done']} steps of {s['n_atoms']} atoms, "
-              f"{s['wall_time_s']:.2f} s" + (f", {rate:.3g} atom-steps/s" if rate else "") +
-              f" ({s['precision']}, {s['backend']}), {s['neighbour_list_builds']} neighbour-list builds, "
-              f"{len(s['regrowths'])} regrowths")
-        for name, v in s["production"]["mean_and_standard_error"].items():
-            if name in ("temperature", "pressure", "total"):
-                se = v["standard_error"]
-                print(f"  {name}: {v['mean']:.6g}" + (f" ± {se:.2g}" if se is not None else ""))
-        for name, d in s["conserved"].items():
-            if d["final_relative_drift"] is not None:
-                print(f"  {name}: relative drift {d['final_relative_drift']:.3e}")
-        print(f"outputs in {result.out_dir}/: " + ", ".join(s["files"]))
-    return 0
+    rate = s["atom_steps_per_second"]
+    lines = [f"{scenario.name}: {result.status}, {s['steps_done']} steps of {s['n_atoms']} atoms, "
+             f"{s['wall_time_s']:.2f} s" + (f", {rate:.3g} atom-steps/s" if rate else "") +
+             f" ({s['precision']}, {s['backend']}), {s['neighbour_list_builds']} neighbour-list builds, "
+             f"{len(s['regrowths'])} regrowths"]
+    for name, v in s["production"]["mean_and_standard_error"].items():
+        if name in ("temperature", "pressure", "total"):
+            se = v["standard_error"]
+            lines.append(f"  {name}: {v['mean']:.6g}" + (f" ± {se:.2g}" if se is not None else ""))
+    for name, d in s["conserved"].items():
+        if d["final_relative_drift"] is not None:
+            lines.append(f"  {name}: relative drift {d['final_relative_drift']:.3e}")
+    return lines

@@ -607,7 +607,7 @@ class _Driver:
         from ..plot import plot_trajectory, save_figure
 
         traj = sio.load_trajectory(self.layout.trajectory)
-        title = f"{self.sc.name}: {_system_text(self.b.system)}, {self.sc.integrator_name}, " \
+        title = f"{self.sc.name}: {system_text(self.b.system)}, {self.sc.integrator_name}, " \
                 f"dt = {self.sc.run.dt:g}, {self.sc.run.precision}"
         if status != "completed":
             title += f" ({status} at step {non_finite['step'] if non_finite else self.steps_done})"
@@ -646,7 +646,7 @@ class _Driver:
         }
 
 
-def _system_text(system) -> str:
+def system_text(system) -> str:
     """`VanDerPol(mu=1000)`: the system's class and its scalar parameters (arrays by shape), for
     plot titles."""
     parts = []
@@ -677,3 +677,24 @@ def _first_frame(chunk_name: str) -> int:
 
 def _add_frame_axis(tree):
     return jtu.tree_map(lambda x: jnp.asarray(x)[None], tree)
+
+
+def report(scenario: Scenario, result: RunResult) -> list[str]:
+    """The lines `sciax run` prints after a run: steps, frames, rate, drift of conserved quantities."""
+    s = result.summary
+    rate = f", {s['steps_per_second']:.3g} steps/s" if s["steps_per_second"] else ""
+    lines = [f"{scenario.name}: {result.status}, {s['steps_done']} steps, {s['n_frames']} frames, "
+             f"{s['wall_time_s']:.2f} s{rate} ({s['precision']}, {s['backend']})"]
+    if s.get("resumed_from_step") is not None:
+        total = s.get("total_compute_time_s")
+        whole = f", {total:.2f} s over the whole run" if total is not None else ""
+        lines.append(f"  resumed from step {s['resumed_from_step']}: {s['compute_time_s']:.2f} s of compute in this "
+                     f"invocation{whole}")
+    for name, d in s["conserved"].items():
+        if d["max_relative_error"] is not None:
+            lines.append(f"  {name}: relative drift {d['final_relative_drift']:.3e} at the end, "
+                         f"{d['max_relative_error']:.3e} at most")
+        else:
+            lines.append(f"  {name}: absolute drift {d['final_abs_drift']:.3e} at the end, "
+                         f"{d['max_abs_error']:.3e} at most (initial value ~0)")
+    return lines

@@ -220,9 +220,11 @@ def user_class(name: str, kind: str, folder=None) -> type:
         raise TypeError(f"{name} is {'a class' if isinstance(cls, type) else 'a ' + type(cls).__name__} that is "
                         f"not a {kind}: a {kind} is a subclass of {base.__module__.split('.')[0]}."
                         f"{'systems' if kind == 'system' else 'integrators'}.{base.__name__}")
-    if inspect.isabstract(cls):
-        missing = ", ".join(sorted(cls.__abstractmethods__))
-        raise TypeError(f"{name} is abstract (it does not define {missing}), so it cannot be built")
+    missing = sorted(cls.__abstractmethods__) if inspect.isabstract(cls) else []
+    if kind == "system" and cls.vector_field is base.vector_field:
+        missing.append("vector_field(t, y, args)")
+    if missing:
+        raise TypeError(f"{name} is abstract (it does not define {', '.join(missing)}), so it cannot be built")
     return cls
 
 
@@ -328,7 +330,7 @@ _SOLVE_KEYS = {"solver": string, "t0": finite_number, "t1": finite_number, "rtol
 
 # Job tables: a scenario with one of these runs that job with the model above; each module has
 # `parse_settings(checker, table, scenario) -> settings` and `run(scenario, out_dir, ...)`.
-JOBS = {}
+JOBS = {"sweep": "sciax.app.sweep_job", "fit": "sciax.app.fit_job"}
 
 
 @dataclasses.dataclass(frozen=True)
