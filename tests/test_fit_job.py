@@ -30,7 +30,7 @@ def fit(path, out, *overrides):
     return fit_job.run(load_scenario(path, overrides=list(overrides)), out, progress=False)
 
 
-def check_outputs(out: Path, *, png: bool):
+def check_outputs(out: Path, *, png: bool, converged: bool = True):
     """Every output is there and parseable; returns (fit.json, residuals.csv as a structured array)."""
     summary = json.loads((out / "summary.json").read_text())
     assert summary["files"] == OUTPUTS[:-1] + (["fit.png"] if png else []) + ["summary.json"]
@@ -40,7 +40,7 @@ def check_outputs(out: Path, *, png: bool):
         assert (out / "fit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     record = json.loads((out / "fit.json").read_text())
     table = np.genfromtxt(out / "residuals.csv", delimiter=",", names=True)
-    assert "converged: True" in (out / "fit.txt").read_text()
+    assert f"converged: {converged}" in (out / "fit.txt").read_text()
     return summary, record, table
 
 
@@ -73,7 +73,7 @@ def test_lotka_volterra_fit_matches_the_python_api(tmp_path):
     np.testing.assert_allclose(np.sum(table["hare_residual"] ** 2 + table["lynx_residual"] ** 2),
                                record["chi_square"], rtol=1e-12)
     lines = fit_job.report(load_scenario(LYNX_HARE), result)
-    assert lines[0].startswith("lotka_volterra_fit: converged") and any(line.split()[0] == "alpha" for line in lines)
+    assert lines[0].startswith("lotka_volterra_fit: fitted in") and any(line.split()[0] == "alpha" for line in lines)
 
 
 def test_oscillator_fit_recovers_the_truth(tmp_path):
@@ -121,7 +121,7 @@ def test_cli_runs_the_oscillator_fit(tmp_path, capsys):
                  "--no-compilation-cache"])
     printed = capsys.readouterr()
     assert code == 0, printed.err
-    assert printed.out.startswith("oscillator_fit: converged after") and "omega" in printed.out
+    assert printed.out.startswith("oscillator_fit: fitted in") and "omega" in printed.out
     check_outputs(out, png=True)
 
 
@@ -235,8 +235,8 @@ plot = false
 '''
 
 
-@pytest.mark.parametrize("form", ["module", "file"])
-def test_a_user_system_fits(tmp_path, form):
+def write_decay(tmp_path, form):
+    """The Decay system (as module:Class or file.py:Class), its data and scenario, in `tmp_path`."""
     module = f"decay_system_{form}"
     (tmp_path / f"{module}.py").write_text(DECAY)
     t = 0.1 * np.arange(21)
@@ -247,9 +247,22 @@ def test_a_user_system_fits(tmp_path, form):
     name = f"{module}:Decay" if form == "module" else f"{module}.py:Decay"
     path = tmp_path / "decay.toml"
     path.write_text(DECAY_SCENARIO.format(name=name))
-    result = fit_job.run(load_scenario(path), tmp_path / "out", progress=False)
+    return path
+
+
+@pytest.mark.parametrize("form", ["module", "file"])
+def test_a_user_system_fits(tmp_path, form):
+    result = fit_job.run(load_scenario(write_decay(tmp_path, form)), tmp_path / "out", progress=False)
     assert result.status == "completed"
     k, error = result.summary["fit"]["values"][0], result.summary["fit"]["errors"][0]
     assert abs(k - 0.7) < 0.01 and 0 < error < 0.01
     _, record, table = check_outputs(tmp_path / "out", png=False)
     assert record["n_observations"] == 20 and np.isnan(table["amount"][5]) and np.isnan(table["amount_model"][5])
+
+
+def test_a_fit_that_does_not_converge_writes_its_outputs_and_raises(tmp_path):
+    path = write_decay(tmp_path, "file")
+    with pytest.raises(sciax.FitError, match="did not converge after 1 iterations") as info:
+        fit_job.run(load_scenario(path, overrides=["fit.max_steps=1"]), tmp_path / "out", progress=False)
+    summary, record, _ = check_outputs(tmp_path / "out", png=False, converged=False)
+    assert info.value.run_result.status == summary["status"] == "not-converged" and not record["converged"]

@@ -72,6 +72,7 @@ from .schema import (
     positive_int,
     positive_number,
     string,
+    table,
 )
 
 FILES = ("scenario.toml", "fit.json", "fit.txt", "fit.png", "residuals.csv", "summary.json")
@@ -150,7 +151,7 @@ class FitSettings:
 
 
 _FIT_KEYS = {"data": string, "time": string, "columns": lambda v: _table_of(v, "data column"),
-             "params": lambda v: v, "transforms": lambda v: _table_of(v, "parameter"),
+             "params": lambda v: v, "transforms": table,
              "fit_initial_state": lambda v: v, "sigma": lambda v: v, "t0": finite_number,
              "shooting": lambda v: v, "solver": choice(*SOLVERS), "max_steps": positive_int,
              "jacobian": choice("auto", "forward", "reverse"), "rtol": positive_number,
@@ -387,10 +388,10 @@ def _fit_initial_state(checker, value, system_cls):
                         f"{got(value)}.")
 
 
-def _transforms(checker, table, params, fits_state):
+def _transforms(checker, given: dict, params, fits_state):
     out = {}
     valid = list(params) + (["state0"] if fits_state else [])
-    for name, value in table.items():
+    for name, value in given.items():
         where = f"[fit] transforms.{name}"
         if name not in valid:
             why = " (state0 needs fit_initial_state)" if name == "state0" else ""
@@ -533,13 +534,14 @@ def run(scenario, out_dir=None, *, resume: bool = False, progress: bool = True, 
     `stream`, default `sys.stderr`): a line when the fit starts (it compiles, then solves in one
     program) and one with the iterations, loss and χ² when it ends.
 
-    **Returns:** a `RunResult` with status `"completed"` or `"not-converged"` (the outputs are
-    written either way; `summary["fit"]["message"]` says why), `steps_done` = optimiser
-    iterations, and the `summary.json` dict as `summary`.
+    **Returns:** a `RunResult` with status `"completed"`, `steps_done` = optimiser iterations,
+    and the `summary.json` dict as `summary`.
 
     **Raises:** `ScenarioError` (the scenario or its data cannot be fitted as given: `sciax.fit`
-    refused its input; an output folder that holds files no sciax run wrote), `OSError` (the
-    outputs cannot be written).
+    refused its input; an output folder that holds files no sciax run wrote; nothing is
+    written), `sciax.FitError` (a `RuntimeError`: the fit did not converge; its outputs are
+    written first, with status `"not-converged"`, and the error's `run_result` is their
+    `RunResult`), `OSError` (the outputs cannot be written).
     """
 
     import sciax
@@ -589,7 +591,16 @@ def run(scenario, out_dir=None, *, resume: bool = False, progress: bool = True, 
         files.append("summary.json")
         summary = _summary(scenario, result, fit, status, stats, start_wall, fit_s, plot_error, plot_warnings, files)
         _write(root, scenario, texts, png, summary)
-    return RunResult(out_dir=root, status=status, steps_done=int(result.n_steps), summary=summary)
+    outcome = RunResult(out_dir=root, status=status, steps_done=int(result.n_steps), summary=summary)
+    if not result.converged:
+        error = sciax.FitError(
+            f"{scenario.name}: the fit did not converge after {result.n_steps} iterations"
+            f"{': ' + result.message if result.message else ''} (loss ½Σr² = {stats['loss']:.6g}); its outputs are in "
+            f"{root}/ (fit.txt). Try closer starting values ([fit] params), transforms that keep the parameters in "
+            "range, a larger [fit] max_steps, or [fit] shooting for long or chaotic series.", result=result)
+        error.run_result = outcome
+        raise error
+    return outcome
 
 
 def _refuse_foreign_files(root: Path):
@@ -775,9 +786,9 @@ def report(scenario, result: RunResult) -> list[str]:
     f = s["fit"]
     name = _CHI2_TEXT[f["chi_square_name"]]
     dof = f["degrees_of_freedom"]
-    lines = [f"{s['scenario']}: {'converged' if f['converged'] else 'NOT converged'} after {f['iterations']} "
-             f"iterations, {name} = {f['chi_square']:.6g} ({dof} degrees of freedom), {s['wall_time_s']:.2f} s "
-             f"({s['precision']}, {s['backend']})"]
+    lines = [f"{s['scenario']}: {'fitted' if f['converged'] else 'NOT converged'} in {s['wall_time_s']:.2f} s "
+             f"({s['precision']}, {s['backend']}): {f['iterations']} iterations, {name} = {f['chi_square']:.6g} "
+             f"with {dof} degrees of freedom"]
     if f["message"]:
         lines.append(f"  {f['message']}")
     width = max((len(n) for n in f["labels"]), default=4)
