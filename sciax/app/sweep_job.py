@@ -1,32 +1,6 @@
 """The `[sweep]` job: an ensemble sweep (`sciax.sweep`) described in a scenario file, run in
-chunks of members with progress, whole-chunk outputs on disk and `--resume`.
-
-```toml
-[sweep]
-axes = { rho = { start = 1.0, stop = 180.0 } }  # axis name -> values (forms below)
-n = 200                       # points of every range/sample axis that gives no n of its own
-mode = "grid"                 # "grid" (every combination, last axis fastest) or "zip"
-output = "maxima"             # what each member keeps: "final_state", "trajectory", "maxima"
-component = "z"               # state component (name or index) for "maxima" and the plot
-transient = 50.0              # "maxima" (and the bifurcation plot): only after t0 + transient
-max_peaks = 512               # "maxima": the first max_peaks local maxima, NaN-padded
-reduce = ["mean", "std"]      # reductions over members: mean std var min max sum count median
-quantiles = [0.05, 0.5, 0.95] # exact quantiles over members (result "quantiles")
-reduce_over = ["seed"]        # grid: the axes reduced over (default all); the others are kept
-batch_size = 64               # members per chunk: the unit of progress, checkpoints and --resume
-memory_budget = 2_000_000_000 # bytes of device memory a chunk may use (default: sciax.sweep's)
-devices = 1                   # local devices to shard each chunk over (default all)
-plot = "auto"                 # or "bifurcation", "heatmap", "band", "line", "none";
-                              # or { kind = "heatmap", periodic = true } (angles: wrapped, cyclic map)
-```
-
-Axis names are those of `sciax.sweep`: a system field (`rho`, `masses[0]`), an initial-state
-component (`"state0[1]"`) or `seed` (member key `fold_in(key, seed)`, key from `[run] seed`).
-Axis values: an array (`[0.1, 0.2]`; for `seed`, integers), a range `{ start, stop, n,
-spacing = "linear" | "log" }`, a seed count `{ n = 64 }` (seeds 0 .. n-1), or random samples
-`{ distribution = "lognormal", median, sigma, n, seed }` (also `"normal"` with `mean`, `std`;
-`"uniform"` with `low`, `high`), drawn with NumPy's generator from `seed` and the axis name,
-so a scenario always gives the same samples.
+chunks of members with progress, whole-chunk outputs on disk and `--resume`. The table's
+schema is `sweep_settings`' (`parse_settings`), the picture `sweep_plot`'s.
 
 Member `i` (flat, row-major over the grid; in zip mode the i-th value of every axis) is run in
 chunk `i // batch_size`; each chunk is one `sciax.sweep` over its members' coordinates, zipped
@@ -65,6 +39,7 @@ import numpy as np
 
 from .. import io as sio
 from .._version import __version__
+from . import sweep_plot
 from .folder import (
     FolderLock,
     Progress,
@@ -75,276 +50,14 @@ from .folder import (
     json_safe,
     write_scenario_copy,
 )
-from .schema import (
-    Expected,
-    ScenarioError,
-    choice,
-    did_you_mean,
-    finite_number,
-    got,
-    is_number,
-    numeric_array,
-    positive_int,
-    string_list,
-    table,
-)
+from .schema import ScenarioError
+from .sweep_settings import KIND, SweepSettings, coords_of, member_coords, parse_settings, reduced_dims
 
-KIND = "sweep"
-OUTPUTS = ("final_state", "trajectory", "maxima")
-REDUCTIONS = ("mean", "std", "var", "min", "max", "sum", "count", "median")
-PLOTS = ("auto", "bifurcation", "heatmap", "band", "line", "none")
-DISTRIBUTIONS = {"lognormal": ("median", "sigma"), "normal": ("mean", "std"), "uniform": ("low", "high")}
+__all__ = ["KIND", "MemberOutput", "SweepSettings", "parse_settings", "report", "run"]
+
 CHECKPOINT_FORMAT = "sciax-sweep-checkpoint-1"
 MAX_CSV_VALUES = 64
 MAX_LISTED_FAILURES = 100
-DEFAULT_BATCH = 64
-
-
-def _nonnegative_number(value):
-    if not is_number(value) or not math.isfinite(value) or value < 0:
-        raise Expected("a non-negative finite number")
-    return float(value)
-
-
-def _component(value):
-    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-        return value
-    raise Expected('a state component: its name (e.g. "z") or index (0, 1, ...)')
-
-
-def _names(value):
-    return [value] if isinstance(value, str) else string_list(value)
-
-
-def _quantiles(value):
-    if not isinstance(value, list) or not value or not all(is_number(q) and 0 <= q <= 1 for q in value):
-        raise Expected("a non-empty array of numbers in [0, 1], e.g. [0.05, 0.5, 0.95]")
-    return tuple(float(q) for q in value)
-
-
-def _plot(value):
-    if isinstance(value, str):
-        value = {"kind": value}
-    if not isinstance(value, dict) or set(value) - {"kind", "periodic"} or value.get("kind", "auto") not in PLOTS \
-            or not isinstance(value.get("periodic", False), bool):
-        raise Expected(f"one of {', '.join(map(repr, PLOTS))}, or a table {{ kind = \"heatmap\", periodic = true }}")
-    return {"kind": value.get("kind", "auto"), "periodic": value.get("periodic", False)}
-
-
-_KEYS = {"axes": table, "n": positive_int, "mode": choice("grid", "zip"), "output": choice(*OUTPUTS),
-         "component": _component, "transient": _nonnegative_number, "max_peaks": positive_int, "reduce": _names,
-         "quantiles": _quantiles, "reduce_over": string_list, "batch_size": positive_int,
-         "memory_budget": positive_int, "devices": positive_int, "plot": _plot}
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class SweepSettings:
-    """The `[sweep]` table, validated; `axes` maps each name to its coordinates (NumPy, first
-    dimension = the axis), `specs` to the axis as written (with `n` filled in)."""
-
-    axes: dict
-    specs: dict
-    mode: str = "grid"
-    output: str = "final_state"
-    component: int = 0
-    component_name: str = "y[0]"
-    transient: float = 0.0
-    max_peaks: int = 512
-    reduce: tuple = ()
-    quantiles: tuple = ()
-    reduce_over: tuple | None = None
-    batch_size: int = DEFAULT_BATCH
-    memory_budget: int | None = None
-    devices: int | None = None
-    plot: dict = dataclasses.field(default_factory=lambda: {"kind": "auto", "periodic": False})
-    KIND = KIND
-
-    @property
-    def shape(self) -> tuple:
-        lengths = tuple(len(c) for c in self.axes.values())
-        return lengths if self.mode == "grid" else lengths[:1]
-
-    @property
-    def n_members(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def dims(self) -> tuple:
-        return tuple(self.axes) if self.mode == "grid" else ("member",)
-
-    def physics(self) -> dict:
-        """What determines the members' outputs and the reductions (chunking, devices, the
-        memory budget and the plot do not)."""
-        out = {"axes": self.specs, "mode": self.mode, "output": self.output, "reduce": list(self.reduce),
-               "quantiles": list(self.quantiles), "reduce_over": None if self.reduce_over is None
-               else list(self.reduce_over)}
-        if self.output == "maxima":
-            out.update(component=self.component, transient=self.transient, max_peaks=self.max_peaks)
-        return out
-
-
-# --------------------------------------------------------------------------- parsing
-
-
-def parse_settings(checker, table_: dict, scenario) -> SweepSettings:
-    """Validate the `[sweep]` table of `scenario` (see the module docstring).
-
-    **Raises:** `ScenarioError` naming the file, the key, what was expected and what was found.
-    """
-    s = checker.section(table_, "[sweep]", _KEYS, required=("axes",))
-    system_cls = scenario.system_class()
-    if not s["axes"]:
-        raise checker.error("[sweep] axes", "expected at least one axis, e.g. axes = { rho = [10.0, 28.0] }.")
-    valid = _valid_axis_names(system_cls, scenario)
-    axes, specs = {}, {}
-    for name, raw in s["axes"].items():
-        where = f"[sweep] axes.{name}"
-        if name not in valid and not _is_indexed_field(name, valid):
-            raise checker.error(where, f"unknown axis {name!r}; valid names: {', '.join(valid)}."
-                                f"{did_you_mean(name, valid)}")
-        axes[name], specs[name] = _axis_values(checker, where, name, raw, s.get("n"))
-    mode = s.get("mode", "grid")
-    lengths = {k: len(v) for k, v in axes.items()}
-    if mode == "zip" and len(set(lengths.values())) > 1:
-        raise checker.error("[sweep] axes", f"in zip mode every axis must have the same length, got lengths "
-                            f"{lengths}; use mode = \"grid\" for every combination.")
-    if "seed" in axes and not _stochastic(scenario):
-        raise checker.error("[sweep] axes.seed", "a seed axis needs a stochastic integrator (e.g. EulerMaruyama); "
-                            f"{scenario.integrator_name or 'a [solve]'} is deterministic, so every seed would give "
-                            "the same member.")
-    output = s.get("output", "final_state")
-    index, label = _component_index(checker, system_cls, s.get("component", 0))
-    if output == "maxima" and scenario.run is not None and scenario.run.n_steps is not None \
-            and s.get("transient", 0.0) >= scenario.run.dt * scenario.run.n_steps:
-        raise checker.error("[sweep] transient", f"expected a time shorter than the run "
-                            f"({scenario.run.dt * scenario.run.n_steps:g}), got {s['transient']!r}.")
-    reduce = tuple(dict.fromkeys(s.get("reduce", [])))
-    for r in reduce:
-        if r not in REDUCTIONS:
-            raise checker.error("[sweep] reduce", f"unknown reduction {r!r}; valid names: {', '.join(REDUCTIONS)} "
-                                "(quantiles: quantiles = [0.05, 0.95]).{did_you_mean(r, REDUCTIONS)}")
-    reduce_over = s.get("reduce_over")
-    if reduce_over is not None:
-        if not (reduce or "quantiles" in s):
-            raise checker.error("[sweep] reduce_over", "given without reduce or quantiles; add e.g. "
-                                "reduce = [\"mean\"].")
-        for a in reduce_over:
-            if a not in axes:
-                raise checker.error("[sweep] reduce_over", f"{a!r} is not an axis; axes: {', '.join(axes)}.")
-        if mode == "zip" and set(reduce_over) != set(axes):
-            raise checker.error("[sweep] reduce_over", "in zip mode the axes form one member dimension and "
-                                f"reductions run over all of it; leave reduce_over out, got {reduce_over}.")
-        if not reduce_over:
-            raise checker.error("[sweep] reduce_over", "expected at least one axis name, got [].")
-        reduce_over = tuple(a for a in axes if a in reduce_over)
-    settings = SweepSettings(axes=axes, specs=specs, mode=mode, output=output, component=index, component_name=label,
-                             transient=s.get("transient", 0.0), max_peaks=s.get("max_peaks", 512), reduce=reduce,
-                             quantiles=s.get("quantiles", ()), reduce_over=reduce_over,
-                             batch_size=s.get("batch_size", DEFAULT_BATCH), memory_budget=s.get("memory_budget"),
-                             devices=s.get("devices"), plot=s.get("plot", {"kind": "auto", "periodic": False}))
-    if settings.n_members > 2**30:
-        raise checker.error("[sweep] axes", f"{settings.n_members} members (lengths {lengths}) exceed the 2**30 "
-                            "one sweep can index; split the sweep along an axis.")
-    return settings
-
-
-def _stochastic(scenario) -> bool:
-    return scenario.integrator_name is not None and getattr(scenario.integrator_class(), "stochastic", False)
-
-
-def _valid_axis_names(system_cls, scenario) -> list[str]:
-    fields = [f.name for f in dataclasses.fields(system_cls) if not f.metadata.get("static", False)] \
-        if dataclasses.is_dataclass(system_cls) else []
-    values = scenario.initial_state.get("values")
-    n = len(values) if isinstance(values, list) else getattr(system_cls, "n_components", None)
-    state = [f"state0[{i}]" for i in range(n)] if isinstance(n, int) and n <= 16 else ["state0[i]"]
-    return [*fields, *state, "seed"]
-
-
-def _is_indexed_field(name: str, valid: list[str]) -> bool:
-    """`masses[0]`, `spring.k`, `state0[12]`: a path below a valid root (sciax.sweep checks the rest)."""
-    root = name.split("[")[0].split(".")[0]
-    return root != name and (root in valid or (root == "state0" and name[len(root):].startswith("[")))
-
-
-def _axis_values(checker, where: str, name: str, raw, default_n):
-    """(coordinates, the spec as recorded) of one axis."""
-    def need_n(spec):
-        n = spec.get("n", default_n)
-        if n is None:
-            raise checker.error(where, "missing n: give n here or [sweep] n (the points of every range axis).")
-        return checker.value(f"{where}.n", n, positive_int)
-
-    if isinstance(raw, list):
-        if not raw:
-            raise checker.error(where, "expected at least one value, got an axis of zero length ([]).")
-        checker.value(where, raw, numeric_array)
-        values = np.asarray(raw)
-        if name == "seed":
-            _check_seeds(checker, where, raw)
-        return values.astype(np.int64 if name == "seed" else np.float64), raw
-    if not isinstance(raw, dict):
-        raise checker.error(where, f"expected an array of values, {{ start, stop, n }}, or {{ distribution = ..., n }}"
-                            f"{' or { n = 64 }' if name == 'seed' else ''}; got {got(raw)}.")
-    if "distribution" in raw:
-        kind = raw["distribution"]
-        if kind not in DISTRIBUTIONS:
-            raise checker.error(f"{where}.distribution", f"expected one of {', '.join(map(repr, DISTRIBUTIONS))}, "
-                                f"got {got(kind)}.")
-        a, b = DISTRIBUTIONS[kind]
-        keys = {"distribution", "n", "seed", a, b}
-        spec = checker.section(raw, where, dict.fromkeys(keys, lambda v: v), required=(a, b))
-        pa, pb = (checker.value(f"{where}.{k}", spec[k], finite_number) for k in (a, b))
-        if (kind == "lognormal" and (pa <= 0 or pb < 0)) or (kind == "normal" and pb < 0) or \
-                (kind == "uniform" and pb <= pa):
-            need = {"lognormal": "median > 0 and sigma >= 0", "normal": "std >= 0", "uniform": "low < high"}[kind]
-            raise checker.error(where, f"expected {need}, got {a} = {pa!r}, {b} = {pb!r}.")
-        seed = checker.value(f"{where}.seed", spec.get("seed", 0), _seed)
-        n = need_n(spec)
-        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])  # axes with one seed draw apart
-        values = {"lognormal": lambda: pa * np.exp(pb * rng.standard_normal(n)),
-                  "normal": lambda: pa + pb * rng.standard_normal(n), "uniform": lambda: rng.uniform(pa, pb, n)}[kind]()
-        if name == "seed":
-            raise checker.error(where, "a seed axis takes integers: an array or { n = 64 }, not random samples.")
-        return values, {**spec, "n": n, "seed": seed}
-    if name == "seed":
-        spec = checker.section(raw, where, {"n": positive_int}, required=("n",))
-        return np.arange(spec["n"], dtype=np.int64), spec
-    spec = checker.section(raw, where, {"start": finite_number, "stop": finite_number, "n": positive_int,
-                                        "spacing": choice("linear", "log")}, required=("start", "stop"))
-    n = need_n(spec)
-    if spec.get("spacing") == "log":
-        if spec["start"] <= 0 or spec["stop"] <= 0:
-            raise checker.error(f"{where}.spacing", f"a log-spaced axis needs start and stop > 0, got "
-                                f"{spec['start']!r} and {spec['stop']!r}.")
-        return np.geomspace(spec["start"], spec["stop"], n), {**spec, "n": n}
-    return np.linspace(spec["start"], spec["stop"], n), {**spec, "n": n}
-
-
-def _seed(value):
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**32:
-        raise Expected("an integer in [0, 2**32)")
-    return value
-
-
-def _check_seeds(checker, where, raw):
-    for v in raw:
-        checker.value(where, v, _seed)
-
-
-def _component_index(checker, system_cls, value) -> tuple[int, str]:
-    names = getattr(system_cls, "component_names", None) or ()
-    n = getattr(system_cls, "n_components", None)
-    if isinstance(value, str):
-        if value not in names:
-            raise checker.error("[sweep] component", f"unknown component {value!r} of {system_cls.__name__}; valid: "
-                                f"{', '.join(names) or 'an index 0, 1, ... (it names no components)'}."
-                                f"{did_you_mean(value, names)}")
-        return names.index(value), value
-    if isinstance(n, int) and value >= n:
-        raise checker.error("[sweep] component", f"expected an index below {n} ({system_cls.__name__} has {n} "
-                            f"components), got {value}.")
-    return value, names[value] if value < len(names) else f"y[{value}]"
 
 
 # --------------------------------------------------------------------------- one member's output
@@ -601,7 +314,7 @@ class _Driver:
 
         index = np.arange(first, stop)
         padded = np.concatenate([index, np.full(self.job.batch_size - len(index), stop - 1)])
-        axes = _member_coords(self.job, padded)
+        axes = member_coords(self.job, padded)
         if self.add_seed:
             axes["seed"] = padded.astype(np.int64)
         res = sweep(self.b.system, self.b.state0, axes=axes, mode="zip", rollout=self.b.rollout,
@@ -644,10 +357,10 @@ class _Driver:
                                             **({} if times is None else {"times": times})})
             self._members_csv(f["members_csv"], merged)
             files += [f["members_npz"].name, f["members_csv"].name]
-            failures = [{"index": int(i), **_coords_of(job, int(i))} for i in np.flatnonzero(~merged["ok"])]
+            failures = [{"index": int(i), **coords_of(job, int(i))} for i in np.flatnonzero(~merged["ok"])]
             reductions = _reductions(job, outputs, ok, self.check_finite)
             if reductions:
-                kept = [a for a in job.dims if a not in _reduced_dims(job)]
+                kept = [a for a in job.dims if a not in reduced_dims(job)]
                 sio.save_npz(f["reductions_npz"], {"kept_dims": np.array(kept, dtype=str),
                                                    **{f"axis.{a}": job.axes[a] for a in kept},
                                                    **reductions, **({} if times is None else {"times": times})})
@@ -655,7 +368,7 @@ class _Driver:
                 files += [f["reductions_npz"].name, f["reductions_csv"].name]
             if self.sc.output.plot:
                 try:
-                    plot_note = _plot(self.sc, self.b, outputs, ok, reductions, times, f["plot"])
+                    plot_note = sweep_plot.plot(self.sc, self.b, outputs, ok, reductions, times, f["plot"])
                     if plot_note is None:
                         files.append(f["plot"].name)
                 except Exception as e:  # a picture must not cost the other outputs
@@ -788,24 +501,6 @@ def _write_csv(path, columns, rows, digits):
         tmp.unlink(missing_ok=True)
 
 
-def _member_coords(job: SweepSettings, index: np.ndarray) -> dict:
-    """The coordinates of flat members `index` on every axis."""
-    if job.mode == "zip":
-        return {k: v[index] for k, v in job.axes.items()}
-    positions = np.unravel_index(index, job.shape)
-    return {k: v[p] for (k, v), p in zip(job.axes.items(), positions)}
-
-
-def _coords_of(job: SweepSettings, i: int) -> dict:
-    return {k: np.asarray(v[0]).tolist() for k, v in _member_coords(job, np.array([i])).items()}
-
-
-def _reduced_dims(job: SweepSettings) -> tuple:
-    if job.mode == "zip" or job.reduce_over is None:
-        return job.dims
-    return job.reduce_over
-
-
 def _reductions(job: SweepSettings, outputs: dict, ok: np.ndarray, check_finite: bool) -> dict:
     """`<name>.<leaf>` -> reduced array `(kept dims..., ...)`, by the `sciax.ensemble` reductions
     over every member at once (failed members left out; NaN-padded maxima: see `Mean`)."""
@@ -820,7 +515,7 @@ def _reductions(job: SweepSettings, outputs: dict, ok: np.ndarray, check_finite:
         chosen["quantiles"] = Quantile(list(job.quantiles))
     if not chosen:
         return {}
-    reduce_axes = tuple(job.dims.index(d) for d in _reduced_dims(job))
+    reduce_axes = tuple(job.dims.index(d) for d in reduced_dims(job))
     kept = [i for i in range(ok.ndim) if i not in reduce_axes]
     kept_shape = tuple(ok.shape[i] for i in kept)
     n_kept = math.prod(kept_shape)
@@ -840,112 +535,3 @@ def _reductions(job: SweepSettings, outputs: dict, ok: np.ndarray, check_finite:
             value = red.finalize(red.partial(x, mask, groups, n_kept))
             out[f"{name}.{leaf}"] = np.asarray(value).reshape(kept_shape + np.shape(value)[1:])
     return out
-
-
-# --------------------------------------------------------------------------- plots
-
-
-def _plot_kind(job: SweepSettings, reductions: dict) -> str | None:
-    kind = job.plot["kind"]
-    if kind != "auto":
-        return None if kind == "none" else kind
-    if job.output == "trajectory" and reductions:
-        return "band"
-    if job.output in ("maxima", "trajectory") and len(job.axes) == 1:
-        return "bifurcation"
-    if job.output == "final_state" and job.mode == "grid" and len(job.axes) == 2:
-        return "heatmap"
-    if job.output == "final_state" and len(job.axes) == 1:
-        return "line"
-    return None
-
-
-def _plot(scenario, built, outputs, ok, reductions, times, path) -> str | None:
-    """Write `path`; returns None, or why there is no plot for this sweep."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ..plot import save_figure
-
-    job = scenario.job
-    kind = _plot_kind(job, reductions)
-    if kind is None:
-        path.unlink(missing_ok=True)
-        return f"plot = \"{job.plot['kind']}\" (\"auto\" draws one axis with maxima, trajectories or final states; " \
-               "two grid axes with final states; trajectories with reductions)"
-    c, label = job.component, job.component_name
-    names = list(job.axes)
-    components = getattr(built.system, "component_names", None) or ()
-
-    def axis_label(a):
-        if a.startswith("state0[") and a[7:-1].isdigit() and int(a[7:-1]) < len(components):
-            return f"initial {components[int(a[7:-1])]} ({a})"
-        return a
-    fig, ax = plt.subplots(figsize=(8, 5))
-    title = f"{scenario.name}: {scenario.system_name}, {job.n_members} members"
-    if kind == "bifurcation":
-        if len(names) != 1:
-            raise ValueError(f"a bifurcation plot needs one axis, this sweep has {len(names)} ({', '.join(names)})")
-        x = job.axes[names[0]]
-        if "maxima" in outputs:
-            peaks = outputs["maxima"]
-        else:
-            z, t = outputs["states"][..., c], times
-            after = t[1:-1] > (t[0] + job.transient)
-            inner = z[:, 1:-1]
-            peaks = np.where((inner > z[:, :-2]) & (inner >= z[:, 2:]) & after, inner, np.nan)
-        rows, cols = np.nonzero(np.isfinite(peaks) & ok.reshape(-1, *([1] * (peaks.ndim - 1))))
-        ax.plot(x[rows], peaks[rows, cols], ",k", alpha=0.5)
-        ax.set(xlabel=axis_label(names[0]), ylabel=f"local maxima of {label}",
-               title=f"{title}; maxima after t = {job.transient:g}")
-    elif kind == "heatmap":
-        if job.mode != "grid" or len(names) != 2 or "final_state" not in outputs:
-            raise ValueError("a heat map needs two grid axes and output = \"final_state\"")
-        value = np.where(ok, outputs["final_state"][..., c], np.nan)
-        cmap = "viridis"
-        if job.plot["periodic"]:
-            value, cmap = np.angle(np.exp(1j * value)), "twilight"
-        a, b = (job.axes[n] for n in names)
-        image = ax.pcolormesh(a, b, value.T, shading="nearest", cmap=cmap,
-                              **({"vmin": -np.pi, "vmax": np.pi} if job.plot["periodic"] else {}))
-        fig.colorbar(image, ax=ax, label=f"final {label}" + (" (wrapped to (-pi, pi])" if job.plot["periodic"] else ""))
-        ax.set(xlabel=axis_label(names[0]), ylabel=axis_label(names[1]), title=title)
-        ax.set_aspect("equal" if np.ptp(job.axes[names[0]]) == np.ptp(job.axes[names[1]]) else "auto")
-    elif kind == "line":
-        x = job.axes[names[0]]
-        ax.plot(x, np.where(ok, outputs["final_state"][..., c], np.nan), ".-")
-        ax.set(xlabel=axis_label(names[0]), ylabel=f"final {label}", title=title)
-    else:  # band
-        if times is None or not reductions:
-            raise ValueError("a band needs output = \"trajectory\" and reduce or quantiles")
-        kept = [a for a in job.dims if a not in _reduced_dims(job)]
-        groups = [()] if not kept else list(np.ndindex(*(len(job.axes[a]) for a in kept)))[:8]
-        for g, color in zip(groups, plt.rcParams["axes.prop_cycle"].by_key()["color"]):
-            tag = ", ".join(f"{a} = {job.axes[a][i]:.4g}" for a, i in zip(kept, g))
-            pick = lambda key, g=g: reductions[key][g][..., c] if key in reductions else None  # noqa: E731
-            q = reductions.get("quantiles.states")
-            if q is not None:
-                q = q[g][..., c]
-                for lo in range(len(job.quantiles) // 2):
-                    hi = len(job.quantiles) - 1 - lo
-                    ax.fill_between(times, q[lo], q[hi], color=color, alpha=0.15 + 0.15 * lo,
-                                    label=f"{job.quantiles[lo]:g} to {job.quantiles[hi]:g} quantiles {tag}".strip())
-            centre = pick("median.states")
-            if centre is None and q is not None and 0.5 in job.quantiles:
-                centre = q[job.quantiles.index(0.5)]
-            if centre is not None:
-                ax.plot(times, centre, color=color, lw=2, label=f"median {tag}".strip())
-            mean, std = pick("mean.states"), pick("std.states")
-            if mean is not None:
-                ax.plot(times, mean, color=color, lw=1, ls="--", label=f"mean {tag}".strip())
-                if std is not None and q is None:
-                    ax.fill_between(times, mean - std, mean + std, color=color, alpha=0.25, label="mean +- std")
-        over = "members" if job.mode == "zip" else ", ".join(_reduced_dims(job))
-        ax.set(xlabel="time", ylabel=label, title=f"{title} (over {over})")
-        ax.legend(fontsize="small")
-    fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
-    return None
