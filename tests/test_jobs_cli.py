@@ -83,6 +83,15 @@ def test_set_overrides_are_toml_values_validated_like_the_file():
     assert bare.integrator_name == "Heun"
 
 
+def test_set_key_paths_follow_toml_quoting():
+    from sciax.app.schema import parse_toml
+
+    data = parse_toml("[sweep]\n", "x.toml", ['sweep.axes."state0[0]"=[1.0, 2.0]', "sweep.axes.state0[1]=[3.0]",
+                                               'system.params."spring.k"=2.0', 'output.dir="a=b"'])
+    assert data["sweep"]["axes"] == {"state0[0]": [1.0, 2.0], "state0[1]": [3.0]}
+    assert data["system"]["params"] == {"spring.k": 2.0} and data["output"]["dir"] == "a=b"
+
+
 @pytest.mark.parametrize("override, fragments", [
     ("run.dtt=0.01", ["[run]: unknown key 'dtt'", "valid keys are: dt, n_steps"]),
     ("run.dt=-1", ["[run] dt", "expected a positive finite number, got -1 (integer)"]),
@@ -274,3 +283,25 @@ def test_bad_solve_settings_are_scenario_errors(override, fragment):
     with pytest.raises(ScenarioError) as info:
         load_scenario(ROBERTSON, overrides=[override])
     assert fragment in str(info.value)
+
+
+# --------------------------------------------------------------------------- every ready scenario
+
+
+def test_every_ready_scenario_is_run_by_some_test():
+    """Each file in sims/ is run end to end (at a reduced size) by a test: the fixed-step ones
+    below, the others by the test file of their job."""
+    tests = "".join(p.read_text() for p in pathlib.Path(__file__).parent.glob("test_*.py"))
+    for path in SIMS.glob("*.toml"):
+        assert f'"{path.name}"' in tests or f'"{path.stem}"' in tests, f"no test names {path.name}"
+
+
+@pytest.mark.parametrize("name", ["kepler.toml", "langevin_oscillator.toml", "lorenz.toml", "van_der_pol.toml"])
+def test_fixed_step_ready_scenarios_run_at_a_reduced_size(name, tmp_path):
+    scenario = load_scenario(SIMS / name)
+    n = 4 * scenario.run.save_every
+    out = tmp_path / name
+    assert main(["run", str(SIMS / name), "--out", str(out), "--quiet", "--set", f"run.n_steps={n}"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps_done"] == n and summary["n_frames"] == 5
+    assert np.isfinite(np.load(out / "trajectory.npz")["times"]).all()

@@ -9,9 +9,9 @@ import jax.tree_util as jtu
 import pytest
 
 import sciax
+from sciax.app.classes import buildable_from_toml as _buildable_from_toml
 from sciax.app.scenario import (
     ScenarioError,
-    _buildable_from_toml,
     integrator_classes,
     load_scenario,
     parse_scenario,

@@ -43,16 +43,21 @@ was expected; unknown keys list the valid keys, unknown names list the valid nam
 """
 
 import dataclasses
-import hashlib
 import importlib
 import importlib.util
 import inspect
 import math
-import sys
 import typing
-from collections.abc import Callable
 from pathlib import Path
 
+from .classes import (  # noqa: F401  (system_classes, integrator_classes: the names a scenario may use)
+    init_fields,
+    integrator_classes,
+    presets,
+    resolve_class,
+    source_digest,
+    system_classes,
+)
 from .schema import (
     PRECISIONS,
     Checker,
@@ -82,159 +87,6 @@ from .schema import (
 
 DEFAULT_CHUNK_STEPS = 10_000
 MAX_AUTO_STATE_COLUMNS = 64
-
-
-# --------------------------------------------------------------------------- name registries
-
-
-def _buildable_from_toml(cls) -> bool:
-    """True if every required constructor argument can be written in TOML (numbers, arrays, strings)."""
-    if not dataclasses.is_dataclass(cls):
-        return True
-    try:
-        hints = typing.get_type_hints(cls)
-    except Exception:  # unresolvable annotations: let the constructor decide
-        return True
-    import jax
-
-    simple = (jax.Array, float, int, bool, str, tuple, list, dict)
-
-    def expressible(hint) -> bool:
-        if hint is typing.Any:
-            return True
-        origin = typing.get_origin(hint)
-        if origin is not None and isinstance(origin, type):
-            return issubclass(origin, simple)
-        if origin is not None:  # a Union / Optional: any expressible member will do
-            return any(expressible(a) for a in typing.get_args(hint) if a is not type(None))
-        return isinstance(hint, type) and issubclass(hint, simple)
-
-    for f in dataclasses.fields(cls):
-        if not f.init or f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
-            continue
-        if not expressible(hints.get(f.name, f.type)):
-            return False
-    return True
-
-
-def _concrete_classes(module, base) -> dict[str, type]:
-    classes = {}
-    for name in dir(module):
-        obj = getattr(module, name)
-        if (name.startswith("_") or name.startswith("Abstract") or not isinstance(obj, type)
-                or not issubclass(obj, base) or inspect.isabstract(obj)):
-            continue
-        if _buildable_from_toml(obj):
-            classes[name] = obj
-    return dict(sorted(classes.items()))
-
-
-def system_classes() -> dict[str, type]:
-    """Every concrete system class exported by `sciax.systems`, by name."""
-    from .. import systems
-
-    return _concrete_classes(systems, systems.AbstractODE)
-
-
-def integrator_classes() -> dict[str, type]:
-    """Every concrete integrator exported by `sciax.integrators` that a TOML file can configure."""
-    from .. import integrators
-
-    return _concrete_classes(integrators, integrators.AbstractIntegrator)
-
-
-def _init_fields(cls) -> dict[str, dataclasses.Field]:
-    if not dataclasses.is_dataclass(cls):
-        params = inspect.signature(cls).parameters
-        return {n: None for n in params if n != "self"}
-    return {f.name: f for f in dataclasses.fields(cls) if f.init}
-
-
-def _presets(cls) -> dict[str, Callable]:
-    """Initial-state presets of a system class: every method named `<preset>_state`."""
-    out = {}
-    for attr in dir(cls):
-        if attr.endswith("_state") and not attr.startswith("_") and attr != "check_state":
-            if callable(getattr(cls, attr)):
-                out[attr[: -len("_state")]] = getattr(cls, attr)
-    return dict(sorted(out.items()))
-
-
-def _kind_base(kind: str) -> type:
-    from .. import integrators, systems
-
-    return {"system": systems.AbstractODE, "integrator": integrators.AbstractIntegrator}[kind]
-
-
-def user_class(name: str, kind: str, folder=None) -> type:
-    """The user's class `name` = `"package.module:ClassName"` or `"path/to/file.py:ClassName"`
-    (a relative path is looked for next to the scenario file, in `folder`, then in the current
-    folder; a module is imported with both on `sys.path`), checked to be a concrete `kind`
-    (`"system"`: a subclass of `sciax.systems.AbstractODE`; `"integrator"`: of
-    `sciax.integrators.AbstractIntegrator`).
-
-    **Raises:** `LookupError` (no such file, module or class) or `TypeError` (not a class of the
-    right kind), with a message naming what was looked for.
-    """
-    where, _, class_name = name.rpartition(":")
-    if not where or not class_name.isidentifier():
-        raise LookupError(f"expected \"package.module:ClassName\" or \"file.py:ClassName\", got {name!r}")
-    folders = [Path(folder) if folder is not None else Path("."), Path(".")]
-    if where.endswith(".py"):
-        candidates = [Path(where)] if Path(where).is_absolute() else [f / where for f in folders]
-        path = next((c for c in candidates if c.is_file()), None)
-        if path is None:
-            raise LookupError(f"no file {where} (looked in {', '.join(str(c.parent) for c in candidates)})")
-        path = path.resolve()
-        module_name = f"sciax_user_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
-        module = sys.modules.get(module_name)
-        if module is None:
-            spec = importlib.util.spec_from_file_location(module_name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[module_name] = module  # dataclasses (Equinox modules) look their module up
-            try:
-                spec.loader.exec_module(module)
-            except Exception as e:
-                del sys.modules[module_name]
-                raise LookupError(f"importing {where} failed: {type(e).__name__}: {e}") from None
-    else:
-        added = [str(f.resolve()) for f in folders if str(f.resolve()) not in sys.path]
-        sys.path[:0] = added
-        try:
-            module = importlib.import_module(where)
-        except ImportError as e:
-            raise LookupError(f"cannot import the module {where!r}: {e}") from None
-        except Exception as e:
-            raise LookupError(f"importing {where} failed: {type(e).__name__}: {e}") from None
-        finally:
-            for a in added:
-                sys.path.remove(a)
-    cls = getattr(module, class_name, None)
-    if cls is None:
-        found = sorted(n for n, v in vars(module).items() if isinstance(v, type) and not n.startswith("_")
-                       and issubclass(v, _kind_base(kind)) and not inspect.isabstract(v))
-        raise LookupError(f"{where} has no class {class_name!r}; its {kind} classes: "
-                          f"{', '.join(found) or '(none)'}.{did_you_mean(class_name, found)}")
-    base = _kind_base(kind)
-    if not (isinstance(cls, type) and issubclass(cls, base)):
-        raise TypeError(f"{name} is {'a class' if isinstance(cls, type) else 'a ' + type(cls).__name__} that is "
-                        f"not a {kind}: a {kind} is a subclass of {base.__module__.split('.')[0]}."
-                        f"{'systems' if kind == 'system' else 'integrators'}.{base.__name__}")
-    missing = sorted(cls.__abstractmethods__) if inspect.isabstract(cls) else []
-    if kind == "system" and cls.vector_field is base.vector_field:
-        missing.append("vector_field(t, y, args)")
-    if missing:
-        raise TypeError(f"{name} is abstract (it does not define {', '.join(missing)}), so it cannot be built")
-    return cls
-
-
-def _source_digest(cls) -> str | None:
-    """SHA-256 of the file that defines a user's class (recorded so that `--resume` notices an
-    edited system), or None if it has no file."""
-    try:
-        return hashlib.sha256(Path(inspect.getsourcefile(cls)).read_bytes()).hexdigest()
-    except (TypeError, OSError):
-        return None
 
 
 # --------------------------------------------------------------------------- settings
@@ -403,7 +255,7 @@ class Scenario:
         """
         system = {"name": self.system_name, "params": self.system_params}
         if ":" in self.system_name:
-            system["source_sha256"] = _source_digest(self.system_class())
+            system["source_sha256"] = source_digest(self.system_class())
         out = {"system": system, "initial_state": self.initial_state}
         if self.solve is not None:
             solve = dataclasses.asdict(self.solve)
@@ -417,7 +269,7 @@ class Scenario:
             run["observables"] = list(run["observables"])
             integrator = {"name": self.integrator_name, "params": self.integrator_params}
             if ":" in self.integrator_name:
-                integrator["source_sha256"] = _source_digest(self.integrator_class())
+                integrator["source_sha256"] = source_digest(self.integrator_class())
             out.update(integrator=integrator, run=run)
         if self.job is not None:
             out[self.kind] = self.job.physics()
@@ -425,11 +277,11 @@ class Scenario:
 
     def system_class(self) -> type:
         """The system class `[system] name` names (a library class or the user's)."""
-        return _resolve(self.system_name, "system", self.folder)
+        return resolve_class(self.system_name, "system", self.folder)
 
     def integrator_class(self) -> type:
         """The integrator class `[integrator] name` names (None with `[solve]`)."""
-        return None if self.integrator_name is None else _resolve(self.integrator_name, "integrator", self.folder)
+        return None if self.integrator_name is None else resolve_class(self.integrator_name, "integrator", self.folder)
 
     def hash(self) -> str:
         """SHA-256 of `physics()` (canonical JSON)."""
@@ -607,7 +459,7 @@ class Scenario:
     def _construct(self, cls, params: dict, where: str, dtype):
         import jax.numpy as jnp
 
-        fields = _init_fields(cls)
+        fields = init_fields(cls)
         kwargs = {}
         for name, value in params.items():
             field = fields.get(name)
@@ -720,26 +572,15 @@ def _cast_floats(tree, dtype):
 # --------------------------------------------------------------------------- parsing
 
 
-def _resolve(name: str, kind: str, folder) -> type:
-    """A library class by name, or the user's (`user_class`) for a name with a colon."""
-    if ":" in name:
-        return user_class(name, kind, folder)
-    registry = system_classes() if kind == "system" else integrator_classes()
-    if name in registry:
-        return registry[name]
-    raise LookupError(f"unknown {kind} {name!r}; valid names: {', '.join(registry)} (or your own class: "
-                      f"\"package.module:ClassName\" or \"file.py:ClassName\").{did_you_mean(name, registry)}")
-
-
 def _lookup(checker: Checker, where: str, name: str, kind: str, folder) -> type:
     try:
-        return _resolve(name, kind, folder)
+        return resolve_class(name, kind, folder)
     except (LookupError, TypeError) as e:
         raise checker.error(where, str(e).rstrip(".") + ".") from None
 
 
 def _check_params(checker: Checker, where: str, cls, params: dict) -> dict:
-    fields = _init_fields(cls)
+    fields = init_fields(cls)
     out = {}
     for key, value in params.items():
         if key not in fields:
@@ -755,14 +596,14 @@ def _check_params(checker: Checker, where: str, cls, params: dict) -> dict:
 
 def _check_initial_state(checker: Checker, table: dict, system_cls) -> dict:
     where = "[initial_state]"
-    presets = _presets(system_cls)
+    by_name = presets(system_cls)
     if "preset" in table:
         preset = checker.value(f"{where} preset", table["preset"], string)
-        if preset not in presets:
+        if preset not in by_name:
             raise checker.error(f"{where} preset",
                                 f"unknown preset {preset!r} for {system_cls.__name__}; "
-                                f"valid presets: {', '.join(presets) or '(none)'}.{did_you_mean(preset, presets)}")
-        params = inspect.signature(presets[preset]).parameters
+                                f"valid presets: {', '.join(by_name) or '(none)'}.{did_you_mean(preset, by_name)}")
+        params = inspect.signature(by_name[preset]).parameters
         valid = [p for p in params if p != "self"]
         out = {"preset": preset}
         for key, value in table.items():
@@ -785,7 +626,7 @@ def _check_initial_state(checker: Checker, table: dict, system_cls) -> dict:
     if len(forms) != 1:
         raise checker.error(
             where, "expected exactly one of: values = [...]; positions = [...] with velocities = [...]; "
-                   f"preset = \"...\" (valid presets: {', '.join(presets) or 'none'}); default = true. "
+                   f"preset = \"...\" (valid presets: {', '.join(by_name) or 'none'}); default = true. "
                    f"Got keys: {', '.join(table) or '(none)'}.")
     return out
 

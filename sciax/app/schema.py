@@ -253,10 +253,20 @@ def _parse_override(item: str) -> tuple[list[str], object]:
     if not isinstance(item, str) or "=" not in item:
         raise ScenarioError(f"--set: expected key.path=value (e.g. --set run.dt=0.01), got {item!r}.")
     key, text = item.split("=", 1)
-    path = [k.strip() for k in key.strip().split(".")]
-    if not all(path):
-        raise ScenarioError(f"--set {item}: expected a dotted key path such as run.dt or system.params.rho, "
-                            f"got {key.strip()!r}.")
+    if key.count('"') % 2:  # the value's own "=" came first: split at the "=" after the quoted key
+        end = item.index('"', item.rindex('"', 0, item.index("=")) + 1) if '"' in item else 0
+        key, text = item[:item.index("=", end)], item[item.index("=", end) + 1:]
+    try:  # TOML's own dotted keys: run.dt, sweep.axes."state0[0]", system.params."spring.k"
+        tree, path = tomllib.loads(f"{key.strip()} = 0"), []
+        while isinstance(tree, dict):
+            (name, tree), = tree.items()
+            path.append(name)
+    except (tomllib.TOMLDecodeError, ValueError):  # not a TOML key: brackets unquoted, state0[0]
+        path = [k.strip() for k in key.strip().split(".")] if '"' not in key else []
+        path = path if all(path) else []
+    if not path:
+        raise ScenarioError(f"--set {item}: expected a dotted key path such as run.dt or system.params.rho "
+                            f"(quote a key holding dots or brackets: sweep.axes.\"state0[0]\"), got {key.strip()!r}.")
     try:
         value = tomllib.loads(f"v = {text.strip()}")["v"]
     except tomllib.TOMLDecodeError:
