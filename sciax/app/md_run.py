@@ -48,7 +48,16 @@ from .. import io as sio
 from .._errors import NonFiniteStateError
 from .._simulate import simulate
 from .._version import __version__
-from .folder import COPY_HEADER, FolderLock, Progress, ResumeError, RunResult, copied_by_sciax, diff, json_safe
+from .folder import (
+    FolderLock,
+    Progress,
+    ResumeError,
+    RunResult,
+    copied_by_sciax,
+    diff,
+    json_safe,
+    write_scenario_copy,
+)
 from .md_scenario import MDScenario
 from .scenario import ScenarioError
 
@@ -230,14 +239,7 @@ class _MDDriver:
             return False
 
     def _copy_scenario(self):
-        header = f"{COPY_HEADER} {__version__} from {self.sc.source}"
-        if self.sc.overrides:
-            header += "; command-line overrides: " + ", ".join(f"{k}={v}" for k, v in self.sc.overrides.items())
-        text = self.sc.text
-        if text.startswith(COPY_HEADER):
-            text = text.split("\n", 1)[1] if "\n" in text else ""
-        with sio.atomic_write(self.path["scenario"], "w") as f:
-            f.write(header + "\n" + text)
+        write_scenario_copy(self.path["scenario"], self.sc)
 
     def _fresh(self):
         self.root.mkdir(parents=True, exist_ok=True)

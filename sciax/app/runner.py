@@ -58,7 +58,6 @@ from .._errors import NonFiniteStateError
 from .._simulate import simulate, time_resolution_problem
 from .._version import __version__
 from .folder import (
-    COPY_HEADER,
     FolderLock,
     OutputFolderBusyError,  # noqa: F401  (raised by run: its lock)
     Progress,
@@ -67,6 +66,7 @@ from .folder import (
     copied_by_sciax,
     diff,
     json_safe,
+    write_scenario_copy,
 )
 from .scenario import MAX_AUTO_STATE_COLUMNS, Built, Scenario, ScenarioError
 
@@ -274,14 +274,7 @@ class _Driver:
         self._checkpoint()
 
     def _copy_scenario(self):
-        header = f"{COPY_HEADER} {__version__} from {self.sc.source}"
-        if self.sc.overrides:
-            header += "; command-line overrides: " + ", ".join(f"{k}={v}" for k, v in self.sc.overrides.items())
-        text = self.sc.text
-        if text.startswith(COPY_HEADER):  # running a copy: one header, not one per generation
-            text = text.split("\n", 1)[1] if "\n" in text else ""
-        with sio.atomic_write(self.layout.scenario, "w") as f:
-            f.write(header + "\n" + text)
+        write_scenario_copy(self.layout.scenario, self.sc)
 
     def _resume(self):
         lay = self.layout
