@@ -261,6 +261,9 @@ def test_robertson_solve_matches_scipy_radau_at_tight_tolerance(tmp_path):
     assert (out / "plot.png").read_bytes().startswith(b"\x89PNG")
     header = (out / "states.csv").read_text().splitlines()[0]
     assert header == "time,y1,y2,y3"
+    copy = (out / "scenario.toml").read_text().splitlines()
+    assert copy[0].startswith(f"# copied by sciax {sciax.__version__} from {ROBERTSON}; command-line overrides: "
+                              "solve.t1=100000.0, solve.n_save=21") and copy[1:] == ROBERTSON.read_text().splitlines()
 
 
 def test_an_explicit_solver_on_robertson_fails_with_a_one_line_stiffness_hint(tmp_path, capsys):

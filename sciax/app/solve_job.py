@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import io as sio
 from .._version import __version__
-from .folder import COPY_HEADER, FolderLock, Progress, RunResult, copied_by_sciax, json_safe
+from .folder import FolderLock, Progress, RunResult, copied_by_sciax, json_safe, write_scenario_copy
 from .scenario import MAX_AUTO_STATE_COLUMNS, Scenario, ScenarioError
 
 FILES = ("scenario.toml", "trajectory.npz", "states.csv", "observables.csv", "plot.png", "summary.json")
@@ -79,11 +79,7 @@ def run(scenario: Scenario, out_dir=None, *, resume: bool = False, progress: boo
 
 
 def _write(scenario: Scenario, built, traj, root: Path) -> list[str]:
-    header = f"{COPY_HEADER} from {scenario.source}"
-    if scenario.overrides:
-        header += "; command-line overrides: " + ", ".join(f"{k}={v}" for k, v in scenario.overrides.items())
-    with sio.atomic_write(root / "scenario.toml", "w") as f:
-        f.write(header + "\n" + scenario.text)
+    write_scenario_copy(root / "scenario.toml", scenario)
     files = ["scenario.toml"]
     sio.save_npz(root / "trajectory.npz", sio.trajectory_arrays(traj.times, traj.states, traj.observables))
     files.append("trajectory.npz")
