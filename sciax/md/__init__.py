@@ -65,7 +65,7 @@ from ._xyz import (
 )
 
 # isort: split
-# Dynamics: integrators, thermostats and the overflow-replaying driver.
+# Dynamics: integrators, thermostats and the overflow-replaying drivers (one run, an ensemble).
 from ._integrators import (
     Bussi as Bussi,
     Langevin as Langevin,
@@ -81,3 +81,4 @@ from ._regrow import (
     reallocate_carry as reallocate_carry,
     simulate_md as simulate_md,
 )
+from ._sweep import MDSweep as MDSweep, sweep_md as sweep_md

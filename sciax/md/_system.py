@@ -33,6 +33,18 @@ from ._potentials import AbstractPairPotential, PotentialSum
 
 ALL_PAIRS_LIMIT = 4096  # above this many particles AllPairs is refused (O(N²) memory)
 DEFAULT_ALL_PAIRS_BELOW = 1000  # the default strategy: AllPairs below this many particles, else VerletList
+CAPACITY_QUANTUM = 32  # Verlet-list capacities chosen on the host are multiples of this (see `quantised`)
+
+
+def quantised(capacity: int) -> int:
+    """`capacity` rounded up to a multiple of `CAPACITY_QUANTUM`.
+
+    A Verlet list's pair sums then have the same bits at every capacity that holds the list:
+    XLA:CPU sums a row of K slots in vector lanes and the last K mod W slots (W the vector width,
+    which divides 32) in a separate remainder loop, so with K a multiple of 32 no occupied slot
+    is summed in a different order when the capacity grows (`sciax.md._regrow`).
+    """
+    return -(-int(capacity) // CAPACITY_QUANTUM) * CAPACITY_QUANTUM
 
 
 @eqx.filter_jit
@@ -247,7 +259,8 @@ class MDSystem(AbstractHamiltonian):
 
         The cell grid has as many cells per axis as fit with a side ≥ half the list radius
         (cutoff, plus the skin for a Verlet list); the row-of-cells and neighbour capacities are
-        the largest counts found at `positions` times `margin` (plus two).
+        the largest counts found at `positions` times `margin` (plus two), the neighbour capacity
+        rounded up to a multiple of `CAPACITY_QUANTUM` (32).
 
         **Arguments:** `positions` `(N, d)` (length units) on the host; `margin` ≥ 1.
 
@@ -271,13 +284,15 @@ class MDSystem(AbstractHamiltonian):
         if isinstance(strategy, CellList):
             return eqx.tree_at(lambda s: s.neighbours, self, CellList(cell_capacity=window, grid=grid))
         needed = _largest_neighbour_count(self.box, positions, grid, window, radius)
-        capacity = int(math.ceil(int(needed) * margin)) + 2
+        capacity = quantised(math.ceil(int(needed) * margin) + 2)
         return eqx.tree_at(lambda s: s.neighbours, self, VerletList(
             skin=strategy.skin, capacity=capacity, cell_capacity=window, grid=grid))
 
     def grow(self, neighbours: Neighbours, *, margin: float = 1.25) -> "MDSystem":
         """A copy whose capacities hold what `neighbours.required` says was needed (host side),
-        so a run that overflowed can be replayed; capacities never shrink.
+        so a run that overflowed can be replayed; capacities never shrink, and the neighbour
+        capacity is a multiple of `CAPACITY_QUANTUM` (32). For the `neighbours` of an ensemble
+        (a leading member axis) it holds the largest need of any member.
 
         **Raises:** `TypeError` if called under a JAX transformation.
         """
@@ -288,7 +303,8 @@ class MDSystem(AbstractHamiltonian):
         if isinstance(strategy, AllPairs):
             return self
         required = np.asarray(neighbours.required)
-        if required.ndim == 2:  # neighbours of an ensemble (vmapped): the largest need of any member
+        if required.ndim >= 2:  # neighbours of an ensemble (vmapped): the largest need of any member
+            required = required.reshape(-1, required.shape[-1])
             required = np.concatenate([required[:, :2].max(0), required[:, 2:].min(0)])
         grid = tuple(int(min(g, max(1, a))) for g, a in zip(strategy.grid, required[2:], strict=True))
         cell_capacity = max(strategy.cell_capacity, int(math.ceil(required[1] * margin)) + 2)
@@ -297,7 +313,7 @@ class MDSystem(AbstractHamiltonian):
             cell_capacity = max(cell_capacity, int(math.ceil(cell_capacity * ratio)))
         if isinstance(strategy, CellList):
             return eqx.tree_at(lambda s: s.neighbours, self, CellList(cell_capacity=cell_capacity, grid=grid))
-        capacity = max(strategy.capacity, int(math.ceil(required[0] * margin)) + 2)
+        capacity = quantised(max(strategy.capacity, math.ceil(required[0] * margin) + 2))
         return eqx.tree_at(lambda s: s.neighbours, self, VerletList(
             skin=strategy.skin, capacity=capacity, cell_capacity=cell_capacity, grid=grid))
 
