@@ -20,8 +20,16 @@ the same question. Reported: time per fit once compiled/warm; the first fit in a
 process, compilation included; and the first fit in a fresh process with JAX's persistent
 compilation cache warm.
 
-Run as ``python -m benchmarks.suites.fit --child {sciax,sciax-fast,sciax-optimised,scipy} [--cache-dir DIR]`` it is the
-fresh process: it times its imports and its first and second fit and prints one JSON line.
+A second workload times what a `Solve` (Diffrax) rollout costs a fresh process: fit (β, γ) of
+an SIR model (S, I, R) = (0.99, 0.01, 0) to I on days 1..14 (`SIR_INFECTED`: the exact I at
+(0.5, 0.2) with 2% noise, seed 0), start (0.3, 0.1), float64. sciax: `sciax.fit(...,
+rollout=Solve())` (Tsit5, rtol 1e-8, atol 1e-10), first fit in a fresh process with the
+persistent cache warm; SciPy: `least_squares` on `solve_ivp` (RK45, same tolerances), its whole
+first fit in a fresh process. Both medians over `SOLVE_ROUNDS` interleaved rounds, wall and CPU.
+
+Run as ``python -m benchmarks.suites.fit --child {sciax,sciax-fast,sciax-optimised,scipy,sciax-solve,scipy-sir}
+[--cache-dir DIR]`` it is the fresh process: it times its imports and its first and second fit and prints
+one JSON line; ``python -m benchmarks.suites.fit --solve-rounds N`` prints the `Solve` figures alone.
 """
 
 from __future__ import annotations
@@ -46,6 +54,16 @@ TORCH = "PyTorch + torchdiffeq + L-BFGS"
 PER_FIT = "per fit (warm)"
 FIRST = "first fit, fresh process (incl. compile)"
 WARM = "first fit, fresh process, warm persistent cache"
+SOLVE_CASE = "SIR, Solve rollout: first fit, fresh process"
+SOLVE_SCIPY = "SciPy least_squares + solve_ivp (SIR): whole first fit"
+SOLVE_SCIAX = "sciax.fit (LM, Solve: Tsit5) [warm cache]"
+SOLVE_ROUNDS = 5
+
+SIR_DAYS = np.arange(1.0, 15.0)
+SIR_INFECTED = np.array([0.013447, 0.017884, 0.024171, 0.031647, 0.041031, 0.054332, 0.071101, 0.089315,
+                         0.1073, 0.12882, 0.15457, 0.18043, 0.19227, 0.21795])
+SIR_Y0 = (0.99, 0.01, 0.0)
+SIR_START = (0.3, 0.1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,7 +151,70 @@ def make_sciax_fit(compilation: str | None = None):
 # ---------------------------------------------------------------------------------------------
 
 
+def _sir_rhs(t, y, beta, gamma):
+    s, i, _ = y
+    return [-beta * s * i, beta * s * i - gamma * i, gamma * i]
+
+
+def _solve_child(which: str, cache_dir: str | None) -> dict:
+    """The SIR fit in this (fresh) process: imports, then the first and second fit, wall and CPU."""
+    t0 = time.perf_counter()
+    if which == "sciax-solve":
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+        import sciax
+        from sciax.systems import SIR
+
+        if cache_dir:
+            sciax.enable_compilation_cache(cache_dir, min_compile_time_s=0)
+
+        def fit():
+            res = sciax.fit(SIR(beta=SIR_START[0], gamma=SIR_START[1]), np.array(SIR_Y0), SIR_DAYS, SIR_INFECTED,
+                            params=("beta", "gamma"), observe=_observe_i, t0=0.0, rollout=sciax.Solve())
+            return [float(res.params["beta"]), float(res.params["gamma"])]
+    else:
+        from scipy.integrate import solve_ivp
+        from scipy.optimize import least_squares
+
+        def fit():
+            def residuals(theta):
+                sol = solve_ivp(_sir_rhs, (0.0, SIR_DAYS[-1]), SIR_Y0, method="RK45", t_eval=SIR_DAYS,
+                                args=tuple(theta), rtol=1e-8, atol=1e-10)
+                return sol.y[1] - SIR_INFECTED
+            return [float(v) for v in least_squares(residuals, np.array(SIR_START)).x]
+    t1, c1 = time.perf_counter(), time.process_time()
+    params = fit()
+    t2, c2 = time.perf_counter(), time.process_time()
+    fit()
+    t3 = time.perf_counter()
+    return {"label": which, "import_s": t1 - t0, "first_fit_s": t2 - t1, "first_fit_cpu_s": c2 - c1,
+            "second_fit_s": t3 - t2, "params": params}
+
+
+def _observe_i(y):
+    return y[1]
+
+
+def solve_rounds(cache_dir: str, rounds: int = SOLVE_ROUNDS, log=print) -> dict:
+    """The `Solve` workload: one sciax process that fills the cache, then `rounds` interleaved
+    rounds of a SciPy process and a warm sciax process; the children's figures and medians."""
+    cold = run_child("sciax-solve", cache_dir)
+    log(f"  SIR Solve fit, cold cache: first fit {cold['first_fit_s']:.2f} s")
+    runs: dict[str, list[dict]] = {"scipy-sir": [], "sciax-solve": []}
+    for _ in range(rounds):
+        for which in runs:
+            runs[which].append(run_child(which, cache_dir if which == "sciax-solve" else None))
+    median = {which: {k: float(np.median([r[k] for r in rs])) for k in ("first_fit_s", "first_fit_cpu_s")}
+              for which, rs in runs.items()}
+    ratio = median["sciax-solve"]["first_fit_s"] / median["scipy-sir"]["first_fit_s"]
+    ratio_cpu = median["sciax-solve"]["first_fit_cpu_s"] / median["scipy-sir"]["first_fit_cpu_s"]
+    return {"cold": cold, "runs": runs, "median": median, "ratio": ratio, "ratio_cpu": ratio_cpu}
+
+
 def _child(which: str, cache_dir: str | None) -> dict:
+    if which in ("sciax-solve", "scipy-sir"):
+        return _solve_child(which, cache_dir)
     t0 = time.perf_counter()
     t, x_obs = wl.fit_data()
     if which.startswith("sciax"):
@@ -279,6 +360,41 @@ def run(ctx) -> SuiteResult:
             elif impl != SCIPY:
                 m.impl = impl + " [cold]"
 
+    # The SIR fit with a `Solve` rollout: a fresh process with a warm cache against SciPy's whole fit.
+    ctx.log("  fresh processes: SIR fit with a Solve rollout (sciax warm cache) and with SciPy ...")
+    try:
+        solve = solve_rounds(tempfile.mkdtemp(prefix="jaxcache-", dir=ctx.scratch("fit")),
+                             2 if ctx.quick else SOLVE_ROUNDS, ctx.log)
+    except Exception as e:  # noqa: BLE001
+        solve = None
+        for impl in (SOLVE_SCIPY, SOLVE_SCIAX):
+            m = row(SOLVE_CASE, impl, device="cpu")
+            m.status, m.note = "failed", str(e)[:160]
+    if solve is not None:
+        for which, impl in (("scipy-sir", SOLVE_SCIPY), ("sciax-solve", SOLVE_SCIAX)):
+            runs = solve["runs"][which]
+            m = row(SOLVE_CASE, impl, reference=(which == "sciax-solve"),
+                    device="cpu" if which == "scipy-sir" else ctx.device)
+            times = [r["first_fit_s"] for r in runs]
+            m.time_median_s, m.time_min_s, m.time_max_s = float(np.median(times)), min(times), max(times)
+            m.reps = len(runs)
+            m.size = len(SIR_DAYS)
+            m.extra.update(fitted=_fmt_params(runs[0]["params"]),
+                           imports=f"{np.median([r['import_s'] for r in runs]):.2f} s",
+                           process=f"{np.median([r['process_wall_s'] for r in runs]):.2f} s")
+            m.note = f"CPU {solve['median'][which]['first_fit_cpu_s']:.3f} s (median)"
+            if which == "sciax-solve":
+                m.note += f"; cold cache: {solve['cold']['first_fit_s']:.2f} s"
+        if solve["ratio"]:
+            met = solve["ratio"] <= 3
+            note = ctx.unjudged() or ""
+            result.targets.append(Target(
+                NAME, "Solve fit, first call in a fresh process with a warm cache, vs SciPy's whole fit",
+                "≤ 3x SciPy", solve["ratio"],
+                f"{solve['ratio']:.2f}x wall, {solve['ratio_cpu']:.2f}x CPU "
+                f"({solve['median']['sciax-solve']['first_fit_s']:.3f} s vs "
+                f"{solve['median']['scipy-sir']['first_fit_s']:.3f} s)", None if note else met, note))
+
     _targets(result, rows, label, fast[0] if fast else None, ctx.unjudged(), other)
     result.notes += [
         "Reference figures recorded on this machine type (one core): Optimistix LM + Diffrax 0.021 s per fit (3.7 s to "
@@ -360,7 +476,17 @@ if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--child", choices=("sciax", "sciax-fast", "sciax-optimised", "scipy"), required=True)
+    parser.add_argument("--child", choices=("sciax", "sciax-fast", "sciax-optimised", "scipy", "sciax-solve",
+                                            "scipy-sir"))
     parser.add_argument("--cache-dir", default=None)
+    parser.add_argument("--solve-rounds", type=int, default=None,
+                        help="run the SIR Solve workload alone: a cold process, then N rounds")
     a = parser.parse_args()
-    print(json.dumps(_child(a.child, a.cache_dir)))
+    if a.solve_rounds:
+        with tempfile.TemporaryDirectory(prefix="jaxcache-") as cache:
+            out = solve_rounds(cache, a.solve_rounds, log=lambda text: print(text, file=sys.stderr))
+        print(json.dumps(out))
+    elif a.child:
+        print(json.dumps(_child(a.child, a.cache_dir)))
+    else:
+        parser.error("pass --child or --solve-rounds")

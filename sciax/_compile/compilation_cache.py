@@ -47,6 +47,11 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None, *,
     Takes effect for every compile after the call, including programs already compiled in
     this process when they are compiled again. Safe to call more than once. It switches JAX's
     cache on (`jax_enable_compilation_cache`) if it was off.
+
+    JAX does not keep a program that holds a host callback (`jax.debug.print`,
+    `jax.pure_callback`, an `eqx.error_if` whose condition is only known at run time): it is
+    compiled again in every process. `fit` leaves out of its programs the checks of times it
+    made on the host (see `sciax/_compile/host_checked.py`).
     """
     if isinstance(min_compile_time_s, bool) or not isinstance(min_compile_time_s, (int, float)) \
             or not min_compile_time_s >= 0:

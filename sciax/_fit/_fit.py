@@ -131,10 +131,14 @@ def fit(
     the fit did not converge.
 
     With JAX's persistent compilation cache on (`sciax.enable_compilation_cache()`), the solve
-    is also kept traced and lowered on disk, so the first fit in a new process skips tracing
-    and lowering too (one core, damped oscillator: 0.25–0.32 s, against 0.6 s with JAX's cache
-    alone and 1.6 s cold). A model whose jaxpr holds a user `custom_jvp`/`custom_vjp` rule or a
-    host callback is not kept this way.
+    is also kept traced and lowered on disk, so the first fit in a new process skips tracing,
+    lowering and compiling: a few tenths of a second instead of seconds (`benchmarks/README.md`,
+    `fit`). With a `Solve` rollout too: its run-time checks of the save times and `dt0`, host
+    callbacks that JAX's cache does not keep, are left out of the program, as `fit` made those
+    times itself. Compiled in every new process instead: a model whose jaxpr holds a user
+    `custom_jvp`/`custom_vjp` rule or a host callback (`jax.debug.print`, an `eqx.error_if`), and
+    a `Solve` with an implicit solver (`"kvaerno5"`, ...), whose tangent linear solves Lineax
+    checks at run time with a host callback.
 
     `fit` runs on the host (it checks concrete data, then calls one jitted solve); the solve
     is compiled once per problem structure and reused for new data of the same shapes (an

@@ -1,6 +1,7 @@
 """The jitted solve: Optimistix on the residuals, then the Gauss–Newton covariance at the
 optimum, packaged as a `FitResult`."""
 
+import functools
 import re
 import threading
 import warnings
@@ -13,6 +14,7 @@ import numpy as np
 import optimistix as optx
 
 from .._compile.async_dispatch import _Static
+from .._compile.host_checked import drop_host_checked
 from .._compile.operation_count import operation_count
 from .._compile.program_cache import ProgramCache
 from .._optimistix_solvers import BY_NAME as _SOLVERS
@@ -114,10 +116,16 @@ class _Jitted:
 
     With `probe` and `config` (see `ProgramCache`), the traced and lowered program is also kept
     on disk next to JAX's persistent compilation cache when that is on, so that a fresh process
-    skips tracing and lowering; `fn`'s outputs must then be plain (arrays, None, tuples, dicts)."""
+    skips tracing and lowering; `fn`'s outputs must then be plain (arrays, None, tuples, dicts).
+    With `settings`, `fn` and `probe` take one more argument, `settings(problem)`, for the key.
 
-    def __init__(self, fn, probe=None, config=()):
+    A `Solve` rollout's run-time checks of its times are left out of the compiled program
+    (`_without_host_checked`)."""
+
+    def __init__(self, fn, probe=None, config=(), settings=None):
+        fn = _without_host_checked(fn)
         self.fn = fn
+        self.settings = settings
         self.optimised = eqx.filter_jit(fn)
         self.options = dict(FAST_CPU_COMPILER_OPTIONS)
         self.fast = eqx.filter_jit(fn, compiler_options=self.options)
@@ -126,6 +134,8 @@ class _Jitted:
 
     def __call__(self, problem, *args, compilation="optimised"):
         fast = compilation == "fast" and _platform(problem) == "cpu"
+        if self.settings is not None:
+            args = (*args, self.settings(problem))
         while True:
             try:
                 return self._call(fast, problem, *args)
@@ -155,6 +165,19 @@ class _Jitted:
         return (self.fast if fast else self.optimised)(*args)
 
 
+def _without_host_checked(fn):
+    """`fn(problem, ...)`, with a `Solve` rollout's run-time checks of its times left out of the
+    compiled program (`_compile/host_checked.py`): `fit` made those times on the host, and the
+    checks' host callbacks kept the program out of JAX's persistent compilation cache."""
+    dropped = drop_host_checked(fn)
+
+    @functools.wraps(fn)
+    def program(problem, *args):
+        return (dropped if isinstance(problem.rollout, Solve) else fn)(problem, *args)
+
+    return program
+
+
 def _platform(problem) -> str:
     """The platform the problem's jitted functions run on: that of a committed array (placed
     on a device explicitly) if there is one, else that of the current default device, where
@@ -180,6 +203,8 @@ def resolve_compilation(compilation: str, problem, segment_states, solver, mode,
         return "optimised"  # the quick compile is a CPU option
     if compilation != "auto":
         return compilation
+    if isinstance(problem.rollout, Solve):
+        return "optimised"  # Diffrax's loop: no known length, so counted as infinite without tracing it
     work = _work_per_step(problem, segment_states, solver, mode) * max_steps
     return "fast" if work <= AUTO_FAST_MAX_OPERATIONS else "optimised"
 
@@ -227,7 +252,7 @@ def _initial_residuals_finite(problem, segment_states):
     return jnp.all(jnp.isfinite(_residuals_at_start(problem, segment_states)))
 
 
-def _solve(problem, segment_states, solver, options, max_steps, mode):
+def _solve(problem, segment_states, solver, options, max_steps, mode, settings=None):
     """Solve, and return the optimum with the residuals r and their Jacobian J = ∂r/∂v there.
 
     Optimistix's Gauss–Newton family (Levenberg–Marquardt, Gauss–Newton, Dogleg) keeps the
@@ -238,6 +263,7 @@ def _solve(problem, segment_states, solver, options, max_steps, mode):
 
     The outputs are plain (arrays, tuples of arrays, None), so that the program can be kept on
     disk (`ProgramCache`); `unpack` turns them into the system, states and solver result.
+    `settings` is only for its key (`_diffrax_settings`).
     """
     u0 = initial_unconstrained(problem, segment_states)
     fn = forward_residual_function if mode == "fwd" else residual_function
@@ -265,14 +291,23 @@ def _at_optimum(problem, u):
             "segment_states": tuple(jtu.tree_leaves(states))}
 
 
-def _solve_probe(problem, segment_states, solver, options, max_steps, mode):
+def _solve_probe(problem, segment_states, solver, options, max_steps, mode, settings=None):
     """What `_solve` runs besides Optimistix: the model (both residual functions call
-    `residuals_unconstrained`), the start point and the values at the optimum."""
+    `residuals_unconstrained`), the start point and the values at the optimum. With a `Solve`
+    rollout, Diffrax is left out too: the model is its vector field (`Solve.without_diffrax`),
+    and the `Solve` itself, which picks Diffrax's code, is in the key by value (`settings`)."""
+    if settings is not None:
+        problem = eqx.tree_at(lambda p: p.rollout, problem, settings.without_diffrax())
     u0 = initial_unconstrained(problem, segment_states)
     return problem.residuals_unconstrained(u0), _at_optimum(problem, u0)
 
 
-solve = _Jitted(_solve, probe=_solve_probe, config=(2, 3, 4, 5))
+def _diffrax_settings(problem):
+    """The `Solve` rollout, for the key of a kept program (see `_solve_probe`); else None."""
+    return problem.rollout if isinstance(problem.rollout, Solve) else None
+
+
+solve = _Jitted(_solve, probe=_solve_probe, config=(2, 3, 4, 5, 6), settings=_diffrax_settings)
 
 
 def unpack(problem, out):

@@ -8,6 +8,8 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
+from .._compile.host_checked import drop_host_checked
+from .._rollout import Solve
 from .._validation import describe, real_scalar, to_device
 
 
@@ -115,8 +117,18 @@ def _single_shooting_states(problem, starts, dtype):
     return _run_segment(problem.rollout, system, problem.layout.unflatten(flat0), plan, problem.args)
 
 
-@eqx.filter_jit
-def _run_segment(rollout, system, state0, plan, args):
+def _run_segment_states(rollout, system, state0, plan, args):
     run = eqx.filter_vmap(lambda p: rollout.run_plan(system, state0, p, args))
     states = run(plan)
     return jax.vmap(jax.vmap(lambda s: jnp.concatenate([jnp.ravel(x) for x in jtu.tree_leaves(s)])))(states)[0]
+
+
+_run_segment_without_checks = drop_host_checked(_run_segment_states)
+
+
+@eqx.filter_jit
+def _run_segment(rollout, system, state0, plan, args):
+    # A `Solve`'s checks of the times `fit` made are left out (`_compile/host_checked.py`), so that
+    # JAX's persistent cache keeps this program too.
+    run = _run_segment_without_checks if isinstance(rollout, Solve) else _run_segment_states
+    return run(rollout, system, state0, plan, args)
