@@ -22,9 +22,13 @@ another file:
 - `compilation_cache`: `sciax.enable_compilation_cache()`, JAX's persistent cache in a per-user
   directory, on in `sciax run`. `sciax run sims/lorenz.toml` computes for 0.72 s with a warm
   cache, 2.49 s with `--no-compilation-cache`.
-- `async_dispatch`: `async_filter_jit`, Equinox's argument split on a plain `jax.jit`, so a call
-  returns once its program is queued and a host loop can overlap it; `equinox_errors` raises an
-  `eqx.error_if` failure met while reading outputs with its message. On CPU it buys nothing
-  measurable: `sciax run sims/lorenz.toml` 0.717 s against 0.725 s, a sweep in 8 chunks
-  0.556 s against 0.561 s; accelerators (a chunk's copy overlapping the next chunk) not measured.
+- `async_dispatch`: `async_filter_jit`, Equinox's argument split on a plain `jax.jit`. Kept as
+  the one filtered jit that takes per-program XLA `compiler_options` (`eqx.filter_jit` takes
+  none): `sweep`'s CPU chunk is compiled without CSE, so a member's bits do not depend on the
+  device count or chunk layout (`tests/test_sharding.py::test_sharded_equals_unsharded_beyond_lorenz`
+  fails with CSE on; a process-wide `XLA_FLAGS` would change every other program). It also
+  returns once a program is queued, which on CPU buys nothing measurable (`sciax run
+  sims/lorenz.toml` 0.717 s against 0.725 s, a sweep in 8 chunks 0.556 s against 0.561 s;
+  accelerators not measured); `equinox_errors` raises an `eqx.error_if` failure met while
+  reading outputs with its message.
 """
