@@ -7,7 +7,7 @@ Systems (`sciax.systems`) are Equinox modules; integrators (`sciax.integrators`)
 
 import sys as _sys
 
-from . import ensemble as ensemble, integrators as integrators, md as md, systems as systems
+from . import ensemble as ensemble, fitting as fitting, integrators as integrators, md as md, systems as systems
 from .ensemble import _devices as parallel
 
 _sys.modules[__name__ + ".parallel"] = parallel  # `sciax.parallel` as released: the ensemble package's devices
@@ -20,7 +20,15 @@ from ._adjoint import (
 from ._compile.compilation_cache import enable_compilation_cache as enable_compilation_cache
 from ._equilibrium import Equilibrium as Equilibrium, equilibrium as equilibrium
 from ._errors import NonFiniteStateError as NonFiniteStateError, StateMismatchError as StateMismatchError
-from ._fit import (
+from ._phase_space import PhaseSpace as PhaseSpace
+from ._rollout import AbstractRollout as AbstractRollout, Simulate as Simulate, Solve as Solve
+from ._simulate import simulate as simulate
+from ._solve import MaxStepsError as MaxStepsError, solve as solve
+from ._trajectory import Trajectory as Trajectory
+from ._validation import astype as astype
+from ._version import __version__ as __version__
+from .ensemble import SweepResult as SweepResult, sweep as sweep
+from .fitting import (
     AbstractTransform as AbstractTransform,
     Bounded as Bounded,
     FitError as FitError,
@@ -32,11 +40,3 @@ from ._fit import (
     fit as fit,
     plot_fit as plot_fit,
 )
-from ._phase_space import PhaseSpace as PhaseSpace
-from ._rollout import AbstractRollout as AbstractRollout, Simulate as Simulate, Solve as Solve
-from ._simulate import simulate as simulate
-from ._solve import MaxStepsError as MaxStepsError, solve as solve
-from ._trajectory import Trajectory as Trajectory
-from ._validation import astype as astype
-from ._version import __version__ as __version__
-from .ensemble import SweepResult as SweepResult, sweep as sweep

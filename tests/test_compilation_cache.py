@@ -140,7 +140,7 @@ def _solve_fit_arguments(**kwargs):
     off); compiles nothing."""
     import numpy as np
 
-    from sciax._fit import _optimise
+    from sciax.fitting import _optimise
 
     class Stop(Exception):
         pass
@@ -166,7 +166,7 @@ def test_the_program_of_a_solve_fit_holds_no_host_callback(case):
     fresh-process test above)."""
     import re
 
-    from sciax._fit import _optimise
+    from sciax.fitting import _optimise
 
     kwargs = {"reverse-dt0": dict(jacobian="reverse", rollout=sciax.Solve(dt0=0.05)),
               "constant-steps": dict(rollout=sciax.Solve(rtol=None, dt0=0.05))}[case]
@@ -178,7 +178,7 @@ def test_the_key_of_a_kept_solve_fit_follows_the_solve_settings_and_the_model():
     """The key of a `Solve` fit's kept program traces the model's vector field, not Diffrax (whose
     derivative rules cannot be written into a key), and holds the `Solve` by value: other
     tolerances, another solver or another model give another key; new data the same."""
-    from sciax._fit import _optimise
+    from sciax.fitting import _optimise
 
     def key(**kwargs):
         return _optimise.solve.programs.key(*_solve_fit_arguments(**kwargs))

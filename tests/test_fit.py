@@ -136,7 +136,7 @@ def test_covariance_comes_from_the_solvers_last_linearisation(monkeypatch):
     A saturated transform (dv/du = 0) cannot be divided out and falls back to the latter."""
     import optimistix as optx
 
-    from sciax._fit import _optimise
+    from sciax.fitting import _optimise
 
     fresh = _optimise.physical_linearisation
 
@@ -187,7 +187,7 @@ def _programs_differ(call):
 def test_fast_compilation_gives_the_same_fit(monkeypatch, solver):
     """compilation="fast" compiles the solve (and, for BFGS, the linearisation at the optimum)
     with the quick-compile XLA options, and reaches the same optimum and covariance."""
-    from sciax._fit import _optimise
+    from sciax.fitting import _optimise
 
     data = noisy(11)
     default = fit_oscillator(data, solver=solver, compilation="optimised")
@@ -216,7 +216,7 @@ def test_fast_compilation_gives_the_same_fit(monkeypatch, solver):
 def test_fast_compilation_of_a_failing_fit_and_off_cpu(monkeypatch):
     """The check that explains a failed fit compiles quickly too; on another platform the
     default compile is used whatever `compilation` says."""
-    from sciax._fit import _optimise
+    from sciax.fitting import _optimise
 
     calls = []
     for jitted in (_optimise.solve, _optimise._initial_residuals_finite):
@@ -239,7 +239,7 @@ class _Stop(Exception):
 
 def _chosen(fit_call):
     """(compilation, problem, segment states, solver, mode) that `fit_call()` hands the solve."""
-    from sciax._fit import _fit
+    from sciax.fitting import _fit
 
     def stand_in(problem, segment_states, solver, options, max_steps, mode, compilation):
         raise _Stop(compilation, problem, segment_states, solver, mode)
@@ -273,7 +273,7 @@ def test_auto_compilation_rule(monkeypatch):
     import equinox as eqx
 
     from sciax._compile.operation_count import operation_count
-    from sciax._fit import _optimise
+    from sciax.fitting import _optimise
 
     compilation, problem, states, solver, mode = _chosen(lambda: fit_oscillator(CLEAN))
     assert compilation == "fast" and mode == "fwd"
@@ -323,7 +323,7 @@ def test_auto_compilation_rule(monkeypatch):
 def test_fast_compilation_drops_only_the_options_xla_does_not_know(monkeypatch):
     """A jaxlib that does not know one option of FAST_CPU_COMPILER_OPTIONS: that option is
     dropped with a warning naming it, the others still apply. Other errors propagate."""
-    from sciax._fit import _optimise
+    from sciax.fitting import _optimise
 
     solve = _optimise.solve
     options = {**_optimise.FAST_CPU_COMPILER_OPTIONS, "xla_cpu_option_that_does_not_exist": True}
@@ -348,7 +348,7 @@ def test_fast_compilation_drops_only_the_options_xla_does_not_know(monkeypatch):
 
 
 def test_covariance_is_nan_with_fewer_residuals_than_unknowns():
-    from sciax._fit._optimise import gauss_newton_covariance
+    from sciax.fitting._optimise import gauss_newton_covariance
 
     cov, unscaled, variance, full_rank = gauss_newton_covariance(np.array([[1.0, 2.0]]), np.array([0.5]), 2, 2, False)
     assert not full_rank and np.isnan(cov).all() and np.isnan(unscaled).all() and np.isnan(variance)
@@ -383,7 +383,7 @@ def test_messages_say_why_standard_errors_are_nan():
 def test_covariance_rank_test_does_not_depend_on_parameter_units():
     """Columns 10^7 apart through the units alone (float32): the unscaled SVD called this
     well-posed Jacobian rank-deficient and returned NaN. Reference: float64 (JᵀJ)⁻¹."""
-    from sciax._fit._optimise import gauss_newton_covariance
+    from sciax.fitting._optimise import gauss_newton_covariance
 
     rng = np.random.default_rng(1)
     jac32 = (rng.standard_normal((50, 3)) * np.array([1e5, 1.0, 1e-2])).astype(np.float32)
@@ -404,7 +404,7 @@ def test_only_the_parameters_in_an_undetermined_combination_lose_their_standard_
     """Two parameters entering only through their sum are not identifiable; a third is, with
     the variance of the model written with the sum as one parameter (an estimable value has the
     same variance with any generalised inverse)."""
-    from sciax._fit._optimise import gauss_newton_covariance
+    from sciax.fitting._optimise import gauss_newton_covariance
 
     rng = np.random.default_rng(2)
     a, c = rng.standard_normal(40), rng.standard_normal(40)
@@ -479,7 +479,7 @@ def test_fused_forward_jacobian_is_the_plain_derivative():
     import equinox as eqx
     import jax
 
-    from sciax._fit._problem import forward_residual_function, residual_function
+    from sciax.fitting._problem import forward_residual_function, residual_function
 
     problem = fit_oscillator(noisy(8)).problem
     u = problem.to_unconstrained(jnp.array([1.7, 0.25]))  # away from the optimum
@@ -785,8 +785,8 @@ def test_auto_jacobian_follows_what_the_solver_differentiates(nx, solver, expect
     the gradient of one scalar loss, which reverse mode gives in one pass: "auto" took forward
     mode for every identifiable fit, n_unknowns tangents per gradient (60x slower at 210). The
     covariance's Jacobian (fewer unknowns than residuals) stays forward either way."""
-    from sciax._fit._fit import _build_problem
-    from sciax._fit._optimise import choose_solver
+    from sciax.fitting._fit import _build_problem
+    from sciax.fitting._optimise import choose_solver
     from sciax.systems import MassSpringLattice
 
     n_springs = len(MassSpringLattice.square(nx, nx, diagonals=False).springs)

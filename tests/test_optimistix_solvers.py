@@ -10,7 +10,7 @@ import optimistix as optx
 import pytest
 
 from sciax import _optimistix_solvers as _solvers
-from sciax._fit._optimise import choose_solver
+from sciax.fitting._optimise import choose_solver
 
 # float64 throughout: the suite enables x64 (conftest.py).
 TOL = {"rtol": 1e-10, "atol": 1e-10}

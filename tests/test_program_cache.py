@@ -17,7 +17,7 @@ import pytest
 
 from sciax._compile import program_cache as _program_cache
 from sciax._compile.program_cache import ProgramCache
-from sciax._fit import _optimise
+from sciax.fitting import _optimise
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import sciax
-from sciax.io import load_npz, load_trajectory
 from sciax.app.runner import ResumeError, run
 from sciax.app.scenario import parse_scenario
+from sciax.io import load_npz, load_trajectory
 
 LORENZ = """
 name = "lorenz_test"
@@ -199,10 +199,11 @@ def test_the_next_chunk_is_queued_before_the_previous_chunk_is_written(tmp_path,
     """The device computes chunk k + 1 while the host writes chunk k: chunk k + 1 is dispatched
     (from chunk k's final state, without waiting for it) before chunk k's frames are written,
     and no chunk beyond `max_chunks` is dispatched."""
+    from sciax import _rollout
     from sciax.app import runner
 
     events = []
-    simulate, write = runner.simulate, runner._Driver._write_frames
+    simulate, write = _rollout.simulate, runner._Driver._write_frames  # the scenario's Simulate calls simulate
 
     def dispatch(*args, step_offset, **kwargs):
         events.append(("dispatch", int(step_offset)))
@@ -212,7 +213,7 @@ def test_the_next_chunk_is_queued_before_the_previous_chunk_is_written(tmp_path,
         events.append(("write", int(first_frame) * self.sc.run.save_every))
         return write(self, first_frame, *args)
 
-    monkeypatch.setattr(runner, "simulate", dispatch)
+    monkeypatch.setattr(_rollout, "simulate", dispatch)
     monkeypatch.setattr(runner._Driver, "_write_frames", written)
     s = scenario(LORENZ)
     run(s, tmp_path / "full", progress=False)

@@ -18,8 +18,8 @@ import scipy.special
 from scipy.integrate import solve_ivp
 
 import sciax
-from sciax.integrators import RK4, EulerMaruyama, VelocityVerlet, Yoshida4
 from sciax.app.scenario import system_classes
+from sciax.integrators import RK4, EulerMaruyama, VelocityVerlet, Yoshida4
 from sciax.systems import (
     FIGURE_EIGHT_PERIOD,
     SEIR,

@@ -103,10 +103,7 @@ def make_sciax_fit(compilation: str | None = None):
     y0 = jnp.asarray(wl.FIT_Y0, jnp.float64)
 
     if hasattr(sciax, "fit"):
-        simulate_rollout = getattr(sciax, "Simulate", None)
-        if simulate_rollout is None:
-            from sciax._fit import Simulate as simulate_rollout  # not re-exported at the top (yet)
-        rollout = simulate_rollout(RK4(), dt=wl.FIT_DT)
+        rollout = sciax.Simulate(RK4(), dt=wl.FIT_DT)
         extra = {} if compilation is None else {"compilation": compilation}
 
         def fit_sciax(t, x_obs):

@@ -1,5 +1,5 @@
-"""The host driver for long runs: jitted chunks of `simulate`, progress, streaming frames to
-disk, atomic checkpoints, `--resume`, and NaN/Inf reports that name the step.
+"""The host driver for long runs: jitted chunks of the scenario's `Simulate` rollout, progress,
+streaming frames to disk, atomic checkpoints, `--resume`, and NaN/Inf reports that name the step.
 
 Files in the output folder (default `runs/<scenario name>/`):
 
@@ -55,7 +55,7 @@ import numpy as np
 from .. import io as sio
 from .._compile.async_dispatch import equinox_errors
 from .._errors import NonFiniteStateError
-from .._simulate import simulate, time_resolution_problem
+from .._simulate import time_resolution_problem
 from .._version import __version__
 from .folder import (
     FolderLock,
@@ -181,7 +181,6 @@ class _Driver:
         self.sc, self.b, self.layout, self.report = scenario, built, layout, report
         rs = scenario.run
         self.dtype = built.dtype
-        self.dt = jnp.asarray(rs.dt, dtype=self.dtype)
         self.t0 = jnp.asarray(rs.t0, dtype=self.dtype)
         self.int_dtype = jnp.arange(1).dtype
         self.digits = 17 if self.dtype == jnp.float64 else 9
@@ -487,11 +486,11 @@ class _Driver:
         """step_offset: the chunk continues the global step count (time t0 + n dt, key
         fold_in(key, n)), and from the whole carry, so the chunked run is bitwise equal to one
         simulate call over the whole run."""
+        rollout = dataclasses.replace(self.b.rollout, n_steps=n_steps)  # the scenario's Simulate, one chunk long
         with warnings.catch_warnings():  # the run's time resolution was checked once in `loop`
             warnings.filterwarnings("ignore", r"simulate: `dt` = .* is not above the spacing", RuntimeWarning)
-            return simulate(self.b.system, state, carry0=carry, integrator=self.b.integrator, dt=self.dt,
-                            n_steps=n_steps, save_every=self.sc.run.save_every, t0=self.t0, key=self.b.key,
-                            observables=self.b.observables, step_offset=jnp.asarray(offset, dtype=self.int_dtype))
+            return rollout(self.b.system, state, carry0=carry, key=self.b.key,
+                           step_offset=jnp.asarray(offset, dtype=self.int_dtype))
 
     def _store(self, chunk: "_Chunk"):
         """Wait for a dispatched chunk, write its frames and CSV rows, then the checkpoint."""

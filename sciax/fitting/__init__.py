@@ -1,5 +1,6 @@
-"""Fitting parameters of sciax systems to data (`sciax.fit`), with transforms, uncertainties,
-multiple shooting and a plot helper."""
+"""Fitting parameters of sciax systems to data: `fit` (also `sciax.fit`), its `FitResult` and
+`FitError`, the parameter transforms (`Positive`, `Bounded`, `Fixed`, `Identity`), multiple
+shooting (`MultipleShooting`) and `plot_fit`, all re-exported at the top of `sciax`."""
 
 from ._fit import MultipleShooting as MultipleShooting, fit as fit
 from ._plot import plot_fit as plot_fit
