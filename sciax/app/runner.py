@@ -68,7 +68,8 @@ from .folder import (
     json_safe,
     write_scenario_copy,
 )
-from .scenario import MAX_AUTO_STATE_COLUMNS, Built, Scenario, ScenarioError
+from .scenario import Built, Scenario, ScenarioError
+from .scenario_settings import MAX_AUTO_STATE_COLUMNS
 
 CHECKPOINT_FORMAT = "sciax-checkpoint-2"  # its `state` entry holds the integrator's whole loop carry
 _STATE_ONLY_FORMAT = "sciax-checkpoint-1"  # holds the state alone: a run's first checkpoint, older runs

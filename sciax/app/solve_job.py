@@ -29,7 +29,8 @@ import numpy as np
 from .. import io as sio
 from .._version import __version__
 from .folder import FolderLock, Progress, RunResult, copied_by_sciax, json_safe, write_scenario_copy
-from .scenario import MAX_AUTO_STATE_COLUMNS, Scenario, ScenarioError
+from .scenario import Scenario, ScenarioError
+from .scenario_settings import MAX_AUTO_STATE_COLUMNS
 
 FILES = ("scenario.toml", "trajectory.npz", "states.csv", "observables.csv", "plot.png", "summary.json")
 
