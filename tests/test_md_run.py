@@ -10,7 +10,8 @@ import pytest
 
 import sciax.md as md
 from sciax import io as sio
-from sciax.app.md_run import _rdf_counts, run_md
+from sciax.app.md_analysis import rdf_counts as _rdf_counts
+from sciax.app.md_run import run_md
 from sciax.app.md_scenario import is_md_scenario, load_md_scenario, parse_md_scenario
 from sciax.app.scenario import ScenarioError
 

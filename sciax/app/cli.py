@@ -186,7 +186,7 @@ def _list(args) -> int:
     import typing
 
     from .._solve import SolverName
-    from .md_scenario import INTEGRATORS as MD_INTEGRATORS
+    from .md_settings import INTEGRATORS as MD_INTEGRATORS
     from .scenario import JOBS, integrator_classes, system_classes
 
     folder = Path(args.folder) if args.folder else _sims_folder()

@@ -43,7 +43,6 @@ import time
 import typing
 import warnings
 import zipfile
-import zlib
 from pathlib import Path
 
 import equinox as eqx
@@ -68,12 +67,16 @@ from .folder import (
     json_safe,
     write_scenario_copy,
 )
+from .run_layout import (
+    CHECKPOINT_FORMAT,
+    STATE_ONLY_FORMAT,
+    Layout,
+    digest,
+    first_frame,
+    not_a_sciax_checkpoint,
+)
 from .scenario import Built, Scenario, ScenarioError
 from .scenario_settings import MAX_AUTO_STATE_COLUMNS
-
-CHECKPOINT_FORMAT = "sciax-checkpoint-2"  # its `state` entry holds the integrator's whole loop carry
-_STATE_ONLY_FORMAT = "sciax-checkpoint-1"  # holds the state alone: a run's first checkpoint, older runs
-_CHUNK_PREFIX = "frames_"
 
 
 class _Chunk(typing.NamedTuple):
@@ -83,64 +86,6 @@ class _Chunk(typing.NamedTuple):
     offset: int
     n_steps: int
     traj: typing.Any
-
-
-# --------------------------------------------------------------------------- layout
-
-
-_CHECKPOINT_KEYS = ("format", "scenario_hash", "physics", "steps_done", "chunk_files", "csv_sizes")
-
-
-def _not_a_sciax_checkpoint(path: Path) -> str | None:
-    """None if `path` is a checkpoint a sciax run wrote (an `.npz` holding `meta`, a JSON record
-    with the checkpoint format string and the runner's keys); else why it is not."""
-    try:
-        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as data:
-            if "meta" not in data.files:
-                return f"its checkpoint.npz holds {sorted(data.files)}, not a sciax checkpoint's meta record"
-            meta = json.loads(str(data["meta"]))
-    except Exception as e:  # not an npz, torn, not JSON, ...
-        return f"its checkpoint.npz is not a readable sciax checkpoint: {type(e).__name__}"
-    if not isinstance(meta, dict) or meta.get("format") not in (CHECKPOINT_FORMAT, _STATE_ONLY_FORMAT) \
-            or any(k not in meta for k in _CHECKPOINT_KEYS):
-        return f"its checkpoint.npz is not a {CHECKPOINT_FORMAT} checkpoint"
-    return None
-
-
-@dataclasses.dataclass(frozen=True)
-class _Layout:
-    root: Path
-
-    @property
-    def chunks(self) -> Path:
-        return self.root / "chunks"
-
-    FILES: typing.ClassVar[dict] = {
-        "scenario": "scenario.toml", "trajectory": "trajectory.npz", "summary": "summary.json",
-        "observables_csv": "observables.csv", "states_csv": "states.csv", "plot": "plot.png",
-        "checkpoint": "checkpoint.npz"}
-
-    def __getattr__(self, name):
-        if name in self.FILES:
-            return self.root / self.FILES[name]
-        raise AttributeError(name)
-
-    def chunk_file(self, first_frame: int) -> Path:
-        return self.chunks / f"{_CHUNK_PREFIX}{first_frame:010d}.npz"
-
-    def stale_temporaries(self) -> list[Path]:
-        """Temporary files of the runner's own atomic writes (`.<output name>.*.tmp`) left by a
-        process that was killed; nothing else in the folder is touched."""
-        found = [p for n in self.FILES.values() for p in self.root.glob(f".{n}.*.tmp")]
-        if self.chunks.is_dir():
-            found += list(self.chunks.glob(f".{_CHUNK_PREFIX}*.npz.*.tmp"))
-        return found
-
-    def chunk_files(self) -> list[Path]:
-        if not self.chunks.is_dir():
-            return []
-        return sorted(p for p in self.chunks.iterdir()
-                      if p.name.startswith(_CHUNK_PREFIX) and p.suffix == ".npz")
 
 
 # --------------------------------------------------------------------------- the run
@@ -167,7 +112,7 @@ def run(scenario: Scenario, out_dir=None, *, resume: bool = False, progress: boo
     """
     stream = sys.stderr if stream is None else stream
     built = scenario.build()
-    layout = _Layout(Path(out_dir) if out_dir is not None else scenario.output_dir)
+    layout = Layout(Path(out_dir) if out_dir is not None else scenario.output_dir)
     report = Progress(scenario.name, scenario.run.n_steps, stream, progress)
     driver = _Driver(scenario, built, layout, report)
     with FolderLock(layout.root):
@@ -178,7 +123,7 @@ def run(scenario: Scenario, out_dir=None, *, resume: bool = False, progress: boo
 class _Driver:
     """State of one `run` call: validate -> prepare (fresh or resume) -> loop -> finalize."""
 
-    def __init__(self, scenario: Scenario, built: Built, layout: _Layout, report: Progress):
+    def __init__(self, scenario: Scenario, built: Built, layout: Layout, report: Progress):
         self.sc, self.b, self.layout, self.report = scenario, built, layout, report
         rs = scenario.run
         self.dtype = built.dtype
@@ -241,7 +186,7 @@ class _Driver:
             return
         why = "no checkpoint.npz there"
         if lay.checkpoint.exists():
-            why = _not_a_sciax_checkpoint(lay.checkpoint)
+            why = not_a_sciax_checkpoint(lay.checkpoint)
             if why is None:
                 return
         clashes = [n for n in lay.FILES.values() if (lay.root / n).exists()]
@@ -342,10 +287,10 @@ class _Driver:
         expected_frame, keys, last_time = 0, None, -np.inf
         for name in names:
             path = lay.chunks / name
-            first = _first_frame(name)
+            first = first_frame(name)
             try:
-                if name in digests and _digest(path.read_bytes()) != digests[name]:
-                    raise ValueError(f"its size and CRC-32 are {_digest(path.read_bytes())}, but "
+                if name in digests and digest(path.read_bytes()) != digests[name]:
+                    raise ValueError(f"its size and CRC-32 are {digest(path.read_bytes())}, but "
                                      f"{digests[name]} when it was written")
                 with zipfile.ZipFile(path) as z:
                     bad = z.testzip()  # reads every member and checks its CRC-32
@@ -403,7 +348,7 @@ class _Driver:
         those of older versions) hold the state, later ones the integrator's whole loop carry."""
         path = self.layout.checkpoint
         fmt = sio.checkpoint_meta(path).get("format")
-        if fmt == _STATE_ONLY_FORMAT:
+        if fmt == STATE_ONLY_FORMAT:
             state, meta = sio.load_checkpoint(path, like=self.b.state0)
             return (state, None), meta
         if fmt != CHECKPOINT_FORMAT:
@@ -416,7 +361,7 @@ class _Driver:
         return jax.eval_shape(lambda: self._simulate(self.b.state0, None, 0, self.sc.run.save_every).final_carry)
 
     def _checkpoint(self):
-        meta = {"format": CHECKPOINT_FORMAT if self.carry is not None else _STATE_ONLY_FORMAT,
+        meta = {"format": CHECKPOINT_FORMAT if self.carry is not None else STATE_ONLY_FORMAT,
                 "scenario_hash": self.sc.hash(), "physics": self.sc.physics(),
                 "outputs": self._output_settings(),
                 "steps_done": self.steps_done, "chunk_files": self.chunk_names, "csv_sizes": self.csv_sizes,
@@ -532,7 +477,7 @@ class _Driver:
         data = buffer.getvalue()
         sio.atomic_write_bytes(path, data)
         self.chunk_names.append(path.name)
-        self.chunk_digests[path.name] = _digest(data)
+        self.chunk_digests[path.name] = digest(data)
         if self.obs_columns:
             _, block = sio.frame_columns([obs[k] for k in self.obs_names])
             rows = np.concatenate([times[:, None].astype(np.float64), block], axis=1)
@@ -656,16 +601,6 @@ def system_text(system) -> str:
         elif hasattr(value, "dtype"):
             parts.append(f"{field.name}: {'x'.join(map(str, shape))} values")
     return f"{type(system).__name__}({', '.join(parts)})"
-
-
-def _digest(data: bytes) -> str:
-    """`"<size>:<CRC-32>"` of a file's bytes, recorded for each chunk file in the checkpoint."""
-    return f"{len(data)}:{zlib.crc32(data):08x}"
-
-
-def _first_frame(chunk_name: str) -> int:
-    """The first frame of a chunk file `frames_<first frame>.npz`."""
-    return int(chunk_name[len(_CHUNK_PREFIX):-len(".npz")])
 
 
 def _add_frame_axis(tree):

@@ -32,7 +32,6 @@ import json
 import math
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +49,7 @@ from .folder import (
     json_safe,
     write_scenario_copy,
 )
+from .run_layout import digest
 from .schema import ScenarioError
 from .sweep_settings import KIND, SweepSettings, coords_of, member_coords, parse_settings, reduced_dims
 
@@ -257,7 +257,7 @@ class _Driver:
         for name in meta["chunk_files"]:
             path = self.chunks_dir / name
             try:
-                ok = _digest(path.read_bytes()) == meta["chunk_digests"][name]
+                ok = digest(path.read_bytes()) == meta["chunk_digests"][name]
             except OSError:
                 ok = False
             if not ok:
@@ -294,7 +294,7 @@ class _Driver:
                 path = self.chunk_path(first)
                 sio.atomic_write_bytes(path, data.getvalue())  # the whole chunk, then the checkpoint
                 self.chunk_names = [*self.chunk_names, path.name]
-                self.digests = {**self.digests, path.name: _digest(data.getvalue())}
+                self.digests = {**self.digests, path.name: digest(data.getvalue())}
                 self.done = stop
                 self._write_checkpoint()
                 ran += 1
@@ -480,10 +480,6 @@ def report(scenario, result: RunResult) -> list[str]:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _digest(data: bytes) -> str:
-    return f"{len(data)}:{zlib.crc32(data):08x}"
 
 
 def _labels(name: str, shape) -> list[str]:
