@@ -5,9 +5,10 @@
 - `scenario` with `scenario_settings`: the model (`[system]`, `[initial_state]`) and how to
   integrate it (`[integrator]` + `[run]`, or `[solve]`), and the objects they describe.
 - One module per job, each with `run(scenario, out_dir, *, resume, progress)` and `report`:
-  `runner` (a fixed-step run in jitted chunks with checkpoints and `--resume`), `solve_job`
-  (`[solve]`), `sweep_job` (`[sweep]`, with `sweep_settings` and `sweep_plot`), `fit_job`
-  (`[fit]`, with `fit_settings`), `md_run` (`[md]`, with `md_scenario`).
+  `runner` (a fixed-step run in jitted chunks with checkpoints and `--resume`, with
+  `run_layout`), `solve_job` (`[solve]`), `sweep_job` (`[sweep]`, with `sweep_settings` and
+  `sweep_plot`), `fit_job` (`[fit]`, with `fit_settings`), `md_run` (`[md]`, with
+  `md_scenario`, `md_settings` and `md_analysis`).
 - `folder`: the output folder every job writes (its lock, the progress line, the scenario copy).
 - `cli`: `sciax info | list | validate | run | bench` (also `python -m sciax`).
 """
