@@ -301,17 +301,35 @@ def test_on_an_accelerator_the_memory_check_always_runs_and_chunks_are_one_vmap(
     np.testing.assert_array_equal(as_gpu.ok, on_cpu.ok)
 
 
-@pytest.mark.parametrize("chunking", [dict(batch_size=64), dict(order="cost")])
-def test_default_memory_budget_caps_a_batch_size_and_cost_buckets(monkeypatch, chunking):
+BUDGET_MU = jnp.linspace(1.0, 5.0, 64)
+BUDGET_KW = dict(t0=0.0, t1=1.0, save_at=jnp.linspace(0.0, 1.0, 20), rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def uncapped_van_der_pol_sweep():
+    """The sweep below under the real default budget (on a "gpu"), run once for both variants:
+    its member estimate and outputs do not depend on the chunking (order='cost' gives the same
+    member_bytes and the same bits as batch_size=64), so the cost variant need not run its own."""
+    from sciax.ensemble import _chunking
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_chunking, "_platform", lambda mesh: "gpu")
+        return sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": BUDGET_MU},
+                           rollout=sciax.Solve(**BUDGET_KW), devices=1, batch_size=64)
+
+
+# order='cost' only hands `_batch` its bucket size as the batch size, and `_batch` caps any batch size
+# alike: the batch_size=64 case covers the cap in the default run; test_cost_buckets_are_small_on_cpu_and_
+# fill_an_accelerator covers the bucket size an accelerator gets. The cost case (15 s) is slow.
+@pytest.mark.parametrize("chunking", [dict(batch_size=64), pytest.param(dict(order="cost"), marks=pytest.mark.slow)])
+def test_default_memory_budget_caps_a_batch_size_and_cost_buckets(monkeypatch, chunking,
+                                                                  uncapped_van_der_pol_sweep):
     """A batch size (the user's, or the buckets order='cost' picks) used to switch the default
     budget off, and with it the memory check that an accelerator always runs."""
     from sciax.ensemble import _chunking
 
     monkeypatch.setattr(_chunking, "_platform", lambda mesh: "gpu")
-    mu = jnp.linspace(1.0, 5.0, 64)
-    kw = dict(t0=0.0, t1=1.0, save_at=jnp.linspace(0.0, 1.0, 20), rtol=1e-5, atol=1e-5)
-    free = sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": mu}, rollout=sciax.Solve(**kw), devices=1,
-                       **chunking)
+    mu, kw, free = BUDGET_MU, BUDGET_KW, uncapped_van_der_pol_sweep
     budget = 20 * free.info["member_bytes"]  # a nearly full device: 16 members fit
     monkeypatch.setattr(_chunking, "_default_budget", lambda mesh: budget)
     res = sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": mu}, rollout=sciax.Solve(**kw), devices=1,
@@ -368,7 +386,7 @@ def test_a_given_memory_budget_counts_temporaries_the_estimate_cannot_see():
     """The member estimate sees results, outputs and carries, not a rollout's temporaries. On
     CPU a given budget far above the estimate skipped XLA's analysis, and a 1 MB budget ran
     a 102 MB chunk. A given budget is now always checked against the compiled chunk."""
-    axes = {"rho": jnp.linspace(1.0, 2.0, 64)}
+    axes = {"rho": jnp.linspace(1.0, 2.0, 32)}  # 32 members: 3 chunks of 11 within 20 MB
     free = sciax.sweep(Lorenz(), Y0, axes=axes, run=sorted_sines, devices=1)
     assert free.info["member_bytes"] * 64 * 4 < 2_000_000  # the estimate alone would not check
     with pytest.raises(ValueError, match=r"memory_budget=1000000 bytes is too small: XLA's memory analysis"):
