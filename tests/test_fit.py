@@ -475,7 +475,11 @@ def test_forward_and_reverse_jacobians_agree():
 def test_fused_forward_jacobian_is_the_plain_derivative():
     """`forward_residual_function` (one rollout with all tangents, then J·u̇) has exactly the
     derivatives of the plain residual function: JVP, the linearisation and its transpose (what
-    Optimistix applies), reverse mode, and derivatives with respect to the data (fallback)."""
+    Optimistix applies), reverse mode, and derivatives with respect to the data (fallback).
+
+    Each derivative is taken under `jit`, as `fit` takes them (one compilation each, instead of
+    hundreds of eager primitives), and each function in its own program, so that XLA cannot
+    share work between the fused and the plain one."""
     import equinox as eqx
     import jax
 
@@ -485,31 +489,45 @@ def test_fused_forward_jacobian_is_the_plain_derivative():
     u = problem.to_unconstrained(jnp.array([1.7, 0.25]))  # away from the optimum
     u_dot = jnp.array([0.3, -1.2])
 
-    def fused(x):
-        return forward_residual_function(x, problem)
+    @eqx.filter_jit
+    def jvp(function, u, u_dot, problem):
+        return jax.jvp(lambda x: function(x, problem), (u,), (u_dot,))
 
-    def plain(x):
-        return residual_function(x, problem)
+    @eqx.filter_jit
+    def linearised_and_transposed(function, u, u_dot, cotangent, problem):
+        _, linear = jax.linearize(lambda x: function(x, problem), u)
+        return linear(u_dot), jax.linear_transpose(linear, u)(cotangent)[0]
 
-    r_ref, jvp_ref = jax.jvp(plain, (u,), (u_dot,))
-    r, jvp = jax.jvp(fused, (u,), (u_dot,))
+    @eqx.filter_jit
+    def vjp(function, u, cotangent, problem):
+        return jax.vjp(lambda x: function(x, problem), u)[1](cotangent)[0]
+
+    @eqx.filter_jit
+    def jacobian(transform, function, u, problem):
+        return transform(lambda x: function(x, problem))(u)
+
+    r_ref, jvp_ref = jvp(residual_function, u, u_dot, problem)
+    r, jvp_fused = jvp(forward_residual_function, u, u_dot, problem)
     np.testing.assert_array_equal(r, r_ref)
-    np.testing.assert_allclose(jvp, jvp_ref, rtol=1e-12, atol=1e-14 * float(jnp.max(jnp.abs(jvp_ref))))
+    np.testing.assert_allclose(jvp_fused, jvp_ref, rtol=1e-12, atol=1e-14 * float(jnp.max(jnp.abs(jvp_ref))))
 
-    _, linear = jax.linearize(fused, u)
     cotangent = jnp.linspace(-1.0, 1.0, r.size)
-    (transposed,) = jax.linear_transpose(linear, u)(cotangent)
-    (vjp_ref,) = jax.vjp(plain, u)[1](cotangent)
-    np.testing.assert_allclose(linear(u_dot), jvp_ref, rtol=1e-12, atol=1e-14 * float(jnp.max(jnp.abs(jvp_ref))))
+    linear_u_dot, transposed = linearised_and_transposed(forward_residual_function, u, u_dot, cotangent, problem)
+    vjp_ref = vjp(residual_function, u, cotangent, problem)
+    np.testing.assert_allclose(linear_u_dot, jvp_ref, rtol=1e-12, atol=1e-14 * float(jnp.max(jnp.abs(jvp_ref))))
     np.testing.assert_allclose(transposed, vjp_ref, rtol=1e-12)
-    np.testing.assert_allclose(jax.jacrev(fused)(u), jax.jacfwd(plain)(u), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(jacobian(jax.jacrev, forward_residual_function, u, problem),
+                               jacobian(jax.jacfwd, residual_function, u, problem), rtol=1e-12, atol=1e-14)
 
-    def loss_of_data(function, observed):
-        p = eqx.tree_at(lambda q: q.observed, problem, observed)
-        return 0.5 * jnp.sum(function(u, p) ** 2)
+    @eqx.filter_jit
+    def grad_of_data(function, observed, problem):
+        def loss_of_data(observed):
+            p = eqx.tree_at(lambda q: q.observed, problem, observed)
+            return 0.5 * jnp.sum(function(u, p) ** 2)
 
-    grads = [jax.grad(loss_of_data, argnums=1)(f, problem.observed)
-             for f in (forward_residual_function, residual_function)]
+        return jax.grad(loss_of_data)(observed)
+
+    grads = [grad_of_data(f, problem.observed, problem) for f in (forward_residual_function, residual_function)]
     np.testing.assert_allclose(grads[0][0], grads[1][0], rtol=1e-12)
 
 
