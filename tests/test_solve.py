@@ -194,8 +194,9 @@ def test_constant_steps_that_do_not_divide_the_span_are_equal_steps_also_when_tr
         np.testing.assert_allclose(value, y[0], rtol=1e-14)
     h = 1e-6
     fd = (final_x(1.0 + h) - final_x(1.0 - h)) / (2 * h)
-    np.testing.assert_allclose(jax.grad(final_x)(1.0), fd, rtol=1e-7)
-    assert jax.grad(final_x, argnums=1)(1.0, 0.3) == 0.0  # n is piecewise constant in dt0
+    d_t1, d_dt0 = jax.jit(jax.grad(final_x, argnums=(0, 1)))(1.0, 0.3)  # both times traced: one program
+    np.testing.assert_allclose(d_t1, fd, rtol=1e-7)
+    assert d_dt0 == 0.0  # n is piecewise constant in dt0
 
 
 def test_traced_constant_steps_refuse_t1_before_t0():
@@ -224,7 +225,7 @@ def test_grad_wrt_rho_matches_finite_differences(adjoint):
                            adjoint=adjoint)
         return jnp.sum(traj.states**2)
 
-    grad = jax.grad(loss)(28.0)
+    grad = jax.jit(jax.grad(loss))(28.0)  # one program: compiles faster than an eager gradient
     h = 1e-4
     fd = (loss(28.0 + h, "direct") - loss(28.0 - h, "direct")) / (2 * h)
     assert abs(float(grad) - float(fd)) < 1e-6 * abs(float(fd))
@@ -244,7 +245,7 @@ def test_forward_adjoint_gives_forward_derivatives_and_refuses_reverse_mode_by_n
                            observables={"x2": lambda t, y, s: y[0] ** 2})
         return jnp.sum(traj.states**2) + jnp.sum(traj.observables["x2"])
 
-    reference = float(jax.grad(loss)(28.0, "recursive_checkpoint"))
+    reference = float(jax.jit(jax.grad(loss), static_argnums=1)(28.0, "recursive_checkpoint"))
     for d in (jax.jvp(loss, (28.0,), (1.0,))[1], jax.jit(jax.vmap(jax.jacfwd(loss)))(jnp.array([28.0, 28.0]))):
         np.testing.assert_allclose(d, reference, rtol=1e-9)
     message = r"solve: adjoint='forward' computes forward-mode derivatives only .* use adjoint='recursive_checkpoint'"
@@ -289,6 +290,11 @@ def test_backsolve_names_the_times_it_cannot_differentiate(wrt):
     assert np.isfinite(loss(1.0))  # the marker changes nothing without a derivative
 
 
+# Slow (14 s): test_constant_step_gradient_under_jit_matches_finite_differences covers the same
+# configuration in the default run (constant steps handed over as StepTo, saved at every step,
+# max_steps equal to the step count, the checkpointed gradient against central differences); this
+# test adds the comparison with DirectAdjoint's gradient (to 1e-12) in an eager call.
+@pytest.mark.slow
 def test_constant_step_gradient_is_exact_with_tight_max_steps():
     # Fixed steps saved at every step, max_steps equal to the step count: the gradient through
     # the checkpointed solve must equal plain autodiff of the same discretisation (DESIGN.md
@@ -301,9 +307,10 @@ def test_constant_step_gradient_is_exact_with_tight_max_steps():
         return jnp.sum(traj.states**2)
 
     checkpointed = jax.grad(loss)(28.0, "recursive_checkpoint")
-    direct = jax.grad(loss)(28.0, "direct")
-    h = 1e-4
-    fd = (loss(28.0 + h, "direct") - loss(28.0 - h, "direct")) / (2 * h)
+    direct_value_and_grad = jax.value_and_grad(loss)
+    direct = direct_value_and_grad(28.0, "direct")[1]
+    h = 1e-4  # the loss at 28 ± h from the programs just compiled for the direct gradient
+    fd = (direct_value_and_grad(28.0 + h, "direct")[0] - direct_value_and_grad(28.0 - h, "direct")[0]) / (2 * h)
     assert abs(float(checkpointed) - float(direct)) < 1e-12 * abs(float(direct))
     assert abs(float(checkpointed) - float(fd)) < 1e-6 * abs(float(fd))
 
