@@ -1,6 +1,6 @@
 """Sharded sweeps: the member axis split over a 1-D device mesh gives the single-device results.
 
-tests/conftest.py forces 4 host CPU devices for this process; one test also starts a fresh
+tests/conftest.py forces 4 host CPU devices for this process; one slow test also starts a fresh
 interpreter with XLA_FLAGS set before jax is imported, so it does not depend on conftest.
 """
 
@@ -214,6 +214,10 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+# Slow (7 s): test_sharded_equals_unsharded_in_process checks the same runs (1 vs 4 devices, one and
+# two chunks: bitwise members, failures, reductions) in the default run, on the 4 host devices that
+# tests/conftest.py sets up exactly as this child does (XLA_FLAGS before jax is imported).
+@pytest.mark.slow
 def test_sharded_equals_unsharded_in_a_fresh_process():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
