@@ -301,39 +301,25 @@ def test_on_an_accelerator_the_memory_check_always_runs_and_chunks_are_one_vmap(
     np.testing.assert_array_equal(as_gpu.ok, on_cpu.ok)
 
 
-BUDGET_MU = jnp.linspace(1.0, 5.0, 64)
-BUDGET_KW = dict(t0=0.0, t1=1.0, save_at=jnp.linspace(0.0, 1.0, 20), rtol=1e-5, atol=1e-5)
-
-
-@pytest.fixture(scope="module")
-def uncapped_van_der_pol_sweep():
-    """The sweep below under the real default budget (on a "gpu"), run once for both variants:
-    its member estimate and outputs do not depend on the chunking (order='cost' gives the same
-    member_bytes and the same bits as batch_size=64), so the cost variant need not run its own."""
-    from sciax.ensemble import _chunking
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_chunking, "_platform", lambda mesh: "gpu")
-        return sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": BUDGET_MU},
-                           rollout=sciax.Solve(**BUDGET_KW), devices=1, batch_size=64)
-
-
-# order='cost' only hands `_batch` its bucket size as the batch size, and `_batch` caps any batch size
+# order='cost' only hands `_batch` its bucket size as a batch size, and `_batch` caps any batch size
 # alike: the batch_size=64 case covers the cap in the default run; test_cost_buckets_are_small_on_cpu_and_
 # fill_an_accelerator covers the bucket size an accelerator gets. The cost case (15 s) is slow.
 @pytest.mark.parametrize("chunking", [dict(batch_size=64), pytest.param(dict(order="cost"), marks=pytest.mark.slow)])
-def test_default_memory_budget_caps_a_batch_size_and_cost_buckets(monkeypatch, chunking,
-                                                                  uncapped_van_der_pol_sweep):
+def test_default_memory_budget_caps_a_batch_size_and_cost_buckets(monkeypatch, chunking):
     """A batch size (the user's, or the buckets order='cost' picks) used to switch the default
     budget off, and with it the memory check that an accelerator always runs."""
     from sciax.ensemble import _chunking
 
     monkeypatch.setattr(_chunking, "_platform", lambda mesh: "gpu")
-    mu, kw, free = BUDGET_MU, BUDGET_KW, uncapped_van_der_pol_sweep
+    mu = jnp.linspace(1.0, 5.0, 64)
+    if "order" in chunking:  # order='cost' estimates the cost of adaptive solves
+        rollout = sciax.Solve(t0=0.0, t1=1.0, save_at=jnp.linspace(0.0, 1.0, 20), rtol=1e-5, atol=1e-5)
+    else:  # any rollout: fixed steps compile in a sixth of a Diffrax solve's time
+        rollout = sciax.Simulate(si.RK4(), dt=0.05, n_steps=20)
+    free = sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": mu}, rollout=rollout, devices=1, **chunking)
     budget = 20 * free.info["member_bytes"]  # a nearly full device: 16 members fit
     monkeypatch.setattr(_chunking, "_default_budget", lambda mesh: budget)
-    res = sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": mu}, rollout=sciax.Solve(**kw), devices=1,
-                      **chunking)
+    res = sciax.sweep(VanDerPol(), jnp.array([2.0, 0.0]), axes={"mu": mu}, rollout=rollout, devices=1, **chunking)
     assert res.info["memory_budget"] == budget and res.info["batch_size"] == 16
     assert 0 < res.info["chunk_bytes"] <= budget
     np.testing.assert_array_equal(res.outputs.states, free.outputs.states)
