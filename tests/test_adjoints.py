@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,16 +32,31 @@ def kepler_loss(params, adjoint, integrator, n_steps=400):
 PARAMS = (1.0, 0.8, jnp.array([0.7, 0.1]))
 
 
-@pytest.mark.parametrize("integrator", [si.VelocityVerlet(), si.Leapfrog(), si.Yoshida4()],
+def jit_grad(f, **kwargs):
+    """`jax.grad(f)` compiled as one program (forward and backward pass together) instead of
+    eagerly (a forward and a transposed program, and many small ones): the same derivative,
+    compiled about twice as fast. Non-array arguments (adjoint, integrator, Python floats) are
+    static."""
+    return eqx.filter_jit(jax.grad(f, **kwargs))
+
+
+# The adjoints are integrator-agnostic: Direct and Checkpoint differentiate the scanned steps, and
+# Reversible rebuilds each carry by the integrator's own step with -dt, then takes its VJP. The
+# velocity-Verlet case runs that code in the default run; that Leapfrog and Yoshida4 step back
+# exactly is test_integrators.py::test_symplectic_reversibility's (and their steps, their observed
+# order). Those two cases are slow.
+@pytest.mark.parametrize("integrator", [si.VelocityVerlet(), pytest.param(si.Leapfrog(), marks=pytest.mark.slow),
+                                        pytest.param(si.Yoshida4(), marks=pytest.mark.slow)],
                          ids=lambda i: type(i).__name__)
 def test_all_modes_agree_and_match_finite_differences(integrator):
-    grads = {name: jax.grad(kepler_loss)(PARAMS, adj, integrator) for name, adj in ADJOINTS.items()}
+    grads = {name: jit_grad(kepler_loss)(PARAMS, adj, integrator) for name, adj in ADJOINTS.items()}
     flat = {k: np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(g)]) for k, g in grads.items()}
     for name in ("checkpoint", "reversible"):
         np.testing.assert_allclose(flat[name], flat["direct"], rtol=1e-10, atol=1e-12)
     # forward mode (Direct/Checkpoint only) equals reverse mode
     tangent = (1.0, 0.0, jnp.zeros(2))
-    fwd = jax.jvp(lambda p: kepler_loss(p, sciax.CheckpointAdjoint(), integrator), (PARAMS,), (tangent,))[1]
+    fwd = eqx.filter_jit(lambda p, t: jax.jvp(lambda p: kepler_loss(p, sciax.CheckpointAdjoint(), integrator), (p,),
+                                              (t,))[1])(PARAMS, tangent)
     np.testing.assert_allclose(fwd, flat["direct"][0], rtol=1e-12)
     # central finite differences on every parameter
     h = 1e-6
@@ -64,12 +80,14 @@ def test_reversible_gradient_wrt_dt_and_under_vmap():
                             n_steps=200, save_every=20, adjoint=adjoint)
         return jnp.sum(tr.states.positions[:, 0] ** 3)
 
-    g_rev = jax.grad(loss, argnums=(0, 1))(0.02, 2.0, ADJOINTS["reversible"])
-    g_dir = jax.grad(loss, argnums=(0, 1))(0.02, 2.0, ADJOINTS["direct"])
+    g_rev = jit_grad(loss, argnums=(0, 1))(0.02, 2.0, ADJOINTS["reversible"])
+    g_dir = jit_grad(loss, argnums=(0, 1))(0.02, 2.0, ADJOINTS["direct"])
     np.testing.assert_allclose(g_rev, g_dir, rtol=1e-10)
     ks = jnp.array([1.0, 2.0, 3.0])
-    batched = jax.vmap(jax.grad(loss, argnums=1), in_axes=(None, 0, None))(0.02, ks, ADJOINTS["reversible"])
-    looped = [jax.grad(loss, argnums=1)(0.02, k, ADJOINTS["direct"]) for k in ks]
+    batched = eqx.filter_jit(jax.vmap(jax.grad(loss, argnums=1), in_axes=(None, 0, None)))(0.02, ks,
+                                                                                          ADJOINTS["reversible"])
+    grad_k = jit_grad(loss, argnums=1)  # one compilation for the three k
+    looped = [grad_k(0.02, k, ADJOINTS["direct"]) for k in ks]
     np.testing.assert_allclose(batched, looped, rtol=1e-10)
     del system
 
@@ -86,7 +104,7 @@ def test_reversible_gradient_through_time_dependent_observables(save_states):
                             observables={"o": lambda t, y, sy: jnp.sin(3 * t) * y.positions[0]})
         return jnp.sum(tr.observables["o"]) + (0.0 if tr.states is None else jnp.sum(tr.states.positions[-1]))
 
-    grads = {name: jax.grad(loss, argnums=(0, 1))(0.01, 0.3, adj) for name, adj in ADJOINTS.items()}
+    grads = {name: jit_grad(loss, argnums=(0, 1))(0.01, 0.3, adj) for name, adj in ADJOINTS.items()}
     for name in ("checkpoint", "reversible"):
         np.testing.assert_allclose(grads[name], grads["direct"], rtol=1e-10)
     h = 1e-6
@@ -145,8 +163,6 @@ def test_reversible_gradient_error_over_ten_thousand_steps():
     relative errors against DirectAdjoint measured 1.3e-12 (d/d stiffness) and 1.9e-12
     (d/d initial positions). Allowing 30x that still catches a reconstruction off by more
     than round-off (a wrong step back would be O(1))."""
-    import equinox as eqx
-
     from sciax.systems import MassSpringChain
 
     chain = MassSpringChain.uniform(8, stiffness=1.0)
@@ -176,9 +192,9 @@ def test_reversible_adjoint_float32():
                             adjoint=sciax.ReversibleAdjoint())
         return jnp.sum(tr.final_state.positions)
 
-    g32 = jax.grad(loss)(jnp.float32(1.0))
+    g32 = jit_grad(loss)(jnp.float32(1.0))
     assert g32.dtype == jnp.float32
-    g64 = jax.grad(lambda gm: jnp.sum(sciax.simulate(
+    g64 = jit_grad(lambda gm: jnp.sum(sciax.simulate(
         Kepler(gm=gm), Kepler().orbit_state(1.0, 0.3), integrator=si.VelocityVerlet(), dt=0.01, n_steps=200,
         adjoint=sciax.ReversibleAdjoint()).final_state.positions))(1.0)
     np.testing.assert_allclose(g32, g64, rtol=1e-4)  # float32 round-off over 200 steps and back
@@ -219,8 +235,8 @@ def test_checkpoint_memory_grows_with_the_square_root_of_a_long_block():
                             dt=1e-2, n_steps=1_003, save_every=1_003, adjoint=adjoint)  # 1003 = 31·32 + 11
         return jnp.sum(tr.final_state.positions**3)
 
-    g_ckpt = jax.grad(loss)(1.3, ADJOINTS["checkpoint"])
-    np.testing.assert_allclose(g_ckpt, jax.grad(loss)(1.3, ADJOINTS["direct"]), rtol=1e-11)
+    g_ckpt = jit_grad(loss)(1.3, ADJOINTS["checkpoint"])
+    np.testing.assert_allclose(g_ckpt, jit_grad(loss)(1.3, ADJOINTS["direct"]), rtol=1e-11)
     np.testing.assert_array_equal(loss(1.3, ADJOINTS["checkpoint"]), loss(1.3, ADJOINTS["direct"]))
     flat = _temp_bytes(sciax.CheckpointAdjoint(nest_above=None), 100_000, n_frames=1)
     assert flat > 10 * ckpt[1], (flat, ckpt)  # nest_above=None: every carry of the block
@@ -256,6 +272,10 @@ def _peak_rss_growth(n_steps, adjoint):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+# Slow (6 s, two child processes): test_reversible_memory_independent_of_steps_compiled checks the
+# same behaviour in the default run, deterministically, on XLA's buffer assignment of the gradient
+# program (100x the steps, the same scratch memory; direct reverse mode's grows).
+@pytest.mark.slow
 def test_reversible_memory_independent_of_steps_measured_rss():
     """Measured peak resident memory of the gradient of a 512-particle run: 10^3 vs 10^5 steps.
     Direct reverse mode would need 10^5 x 512 x 3 x 8 B x (a few arrays) > 1 GB at 10^5 steps."""
@@ -296,8 +316,9 @@ def test_reversible_adjoint_in_forward_mode_names_the_adjoint():
             transform(lambda gm: loss(gm, ADJOINTS["reversible"]))(1.0)
     with pytest.raises(TypeError, match=message):
         jax.jvp(lambda gm: loss(gm, ADJOINTS["reversible"]), (1.0,), (1.0,))
-    hessian = jax.hessian(lambda gm: loss(gm, ADJOINTS["reversible"]))(1.0)
-    np.testing.assert_allclose(hessian, jax.hessian(lambda gm: loss(gm, ADJOINTS["direct"]))(1.0), rtol=1e-10)
+    hessian = jax.jit(jax.hessian(lambda gm: loss(gm, ADJOINTS["reversible"])))(1.0)
+    np.testing.assert_allclose(hessian, jax.jit(jax.hessian(lambda gm: loss(gm, ADJOINTS["direct"])))(1.0),
+                               rtol=1e-10)
 
 
 def test_reversible_adjoint_with_step_offset_equals_direct():
@@ -309,5 +330,5 @@ def test_reversible_adjoint_with_step_offset_equals_direct():
                             observables={"t_weighted": lambda t, s, sys: t * s.positions[0]})
         return jnp.sum(tr.observables["t_weighted"])
 
-    np.testing.assert_allclose(jax.grad(loss)(2.0, ADJOINTS["reversible"]), jax.grad(loss)(2.0, ADJOINTS["direct"]),
+    np.testing.assert_allclose(jit_grad(loss)(2.0, ADJOINTS["reversible"]), jit_grad(loss)(2.0, ADJOINTS["direct"]),
                                rtol=1e-10)
