@@ -1,7 +1,9 @@
 """simulate(): differentiation, transformations, saving, randomness and bad input."""
 
+import functools
 import re
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -30,15 +32,15 @@ def central_difference(f, x, h):
                          ids=["direct", "checkpoint", "checkpoint-blocks-only"])
 def test_grad_matches_finite_differences(adjoint):
     rho = 28.0
-    g = jax.grad(lorenz_loss)(rho, adjoint=adjoint)
+    g = eqx.filter_jit(jax.grad(lorenz_loss))(rho, adjoint=adjoint)  # one program: compiles faster than eagerly
     fd = central_difference(lambda r: lorenz_loss(r, adjoint=adjoint), rho, 1e-5)
     np.testing.assert_allclose(g, fd, rtol=1e-6)
 
 
 def test_grad_wrt_initial_state_and_forward_mode():
     f = lambda y0: lorenz_loss(28.0, y0=y0)  # noqa: E731
-    g = jax.grad(f)(Y0)
-    jf = jax.jacfwd(f)(Y0)
+    g = jax.jit(jax.grad(f))(Y0)  # each one program: compiles faster than eagerly
+    jf = jax.jit(jax.jacfwd(f))(Y0)
     fd = np.array([central_difference(lambda s, i=i: f(Y0.at[i].set(s)), Y0[i], 1e-6) for i in range(3)])
     np.testing.assert_allclose(g, fd, rtol=1e-6)
     np.testing.assert_allclose(jf, g, rtol=1e-12)
@@ -74,7 +76,7 @@ def test_particle_system_grad_matches_finite_differences():
         tr = sciax.simulate(system, s0, integrator=si.VelocityVerlet(), dt=0.01, n_steps=300, save_every=30)
         return jnp.sum(tr.states.positions**2)
 
-    np.testing.assert_allclose(jax.grad(loss)(2.0), central_difference(loss, 2.0, 1e-6), rtol=1e-6)
+    np.testing.assert_allclose(jax.jit(jax.grad(loss))(2.0), central_difference(loss, 2.0, 1e-6), rtol=1e-6)
 
 
 def test_vmap_equals_loop_and_jit_equals_eager():
@@ -394,17 +396,42 @@ def test_wider_args_than_state_are_refused_by_simulate_and_solve():
         sciax.simulate(Driven(), y32, integrator=si.RK4(), dt=0.1, n_steps=2, args=np.float64(1.0) * np.ones(1))
 
 
-def run_without_x64(script: str) -> str:
-    """Run `script` in a fresh Python with JAX's default 32-bit mode (this process has x64 on);
-    returns its stdout."""
+# The scripts that run with x64 off, each in a namespace of its own but all in one fresh Python:
+# starting Python and importing JAX and sciax is most of each one's time.
+_X64_OFF_CHILD = """
+import contextlib, io, json, sys, traceback
+results = {}
+for name, script in json.loads(sys.stdin.read()).items():
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(script, name, "exec"), {"__name__": "__main__"})
+        results[name] = {"stdout": out.getvalue()}
+    except BaseException:
+        results[name] = {"error": traceback.format_exc()}
+print(json.dumps(results))
+"""
+
+
+@functools.cache
+def _without_x64_outputs() -> dict:
+    import json
     import os
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "JAX_ENABLE_X64": "0"})
+    out = subprocess.run([sys.executable, "-c", _X64_OFF_CHILD], input=json.dumps(X64_OFF_SCRIPTS),
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "JAX_ENABLE_X64": "0"})
     assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_without_x64(name: str) -> str:
+    """Run `X64_OFF_SCRIPTS[name]` in a fresh Python with JAX's default 32-bit mode (this process
+    has x64 on); returns its stdout."""
+    result = _without_x64_outputs()[name]
+    assert "error" not in result, result.get("error", "")[-2000:]
+    return result["stdout"]
 
 
 class ExponentialDecay(sciax.systems.AbstractODE):
@@ -435,9 +462,8 @@ def test_numpy_float64_scalars_are_wider_parameters_and_astype_converts_them():
     assert sciax.simulate(converted, y32, args=np.float32(2.0), **kw).states.dtype == jnp.float32
 
 
-def test_numpy_float64_args_are_fine_when_x64_is_off():
-    """With x64 off (JAX's default) a NumPy float64 array becomes float32 in JAX: not refused."""
-    script = (
+X64_OFF_SCRIPTS = {
+    "numpy_float64_args": (
         "import jax, jax.numpy as jnp, numpy as np, sciax\n"
         "class Driven(sciax.systems.AbstractODE):\n"
         "    def vector_field(self, t, y, args):\n"
@@ -445,14 +471,8 @@ def test_numpy_float64_args_are_fine_when_x64_is_off():
         "tr = sciax.simulate(Driven(), jnp.ones(2), integrator=sciax.integrators.RK4(), dt=0.1, n_steps=2,"
         " args=np.array([0.5]))\n"
         "print(tr.states.dtype)\n"
-    )
-    assert run_without_x64(script).strip() == "float32"
-
-
-def test_step_index_past_the_int32_counter_is_refused_when_x64_is_off():
-    """With x64 off step indices are int32: step_offset + n past 2**31 − 1 wrapped to negative
-    times (2.1e9 → −2.1e9 mid-run); 2**31 itself raised a bare OverflowError."""
-    script = (
+    ),
+    "step_index_past_int32": (
         "import jax.numpy as jnp, sciax\n"
         "from sciax.systems import DampedDrivenOscillator\n"
         "kw = dict(integrator=sciax.integrators.Euler(), dt=1.0, n_steps=6)\n"
@@ -463,8 +483,19 @@ def test_step_index_past_the_int32_counter_is_refused_when_x64_is_off():
         "        sciax.simulate(DampedDrivenOscillator(), jnp.ones(2), step_offset=offset, **kw)\n"
         "    except ValueError as err:\n"
         "        print('refused' if 'leave the range of JAX' in str(err) and 'int32' in str(err) else err)\n"
-    )
-    assert run_without_x64(script).split() == ["True", "refused", "refused", "refused", "refused"]
+    ),
+}
+
+
+def test_numpy_float64_args_are_fine_when_x64_is_off():
+    """With x64 off (JAX's default) a NumPy float64 array becomes float32 in JAX: not refused."""
+    assert run_without_x64("numpy_float64_args").strip() == "float32"
+
+
+def test_step_index_past_the_int32_counter_is_refused_when_x64_is_off():
+    """With x64 off step indices are int32: step_offset + n past 2**31 − 1 wrapped to negative
+    times (2.1e9 → −2.1e9 mid-run); 2**31 itself raised a bare OverflowError."""
+    assert run_without_x64("step_index_past_int32").split() == ["True", "refused", "refused", "refused", "refused"]
 
 
 def test_wider_integrator_parameters_are_named_as_the_integrators():
