@@ -52,8 +52,11 @@ def test_sharded_equals_unsharded_in_process(batch_size):
                 np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
 
 
+# The RK4 case is slow: the Tsit5 case runs the same float32 sweeps in the same three layouts (and is
+# the one that differed), and test_sharded_equals_unsharded_in_process shards RK4 (float64).
 @needs_4
-@pytest.mark.parametrize("integrator", [si.RK4(), si.Tsit5()], ids=["rk4", "tsit5"])
+@pytest.mark.parametrize("integrator", [pytest.param(si.RK4(), marks=pytest.mark.slow), si.Tsit5()],
+                         ids=["rk4", "tsit5"])
 def test_sharded_float32_equals_unsharded(integrator):
     """Float32, one device vs four (two chunks of 32 members per device) vs one device running
     chunks of 32: the same bits. Tsit5 used to differ (9 of 90 finite members, up to 4.5e-6
