@@ -162,8 +162,25 @@ def case_configuration(kind, seed=0):
     return configuration(120, 0.12, seed)  # dilute random gas, box 10.0
 
 
-@pytest.mark.parametrize("strategy", list(STRATEGIES))
-@pytest.mark.parametrize("case", list(CASES))
+# Every case runs with AllPairs (the pair function of each potential, shift and mixing rule).
+# CellList and VerletList share the listed pair sums (`pair_sums_listed`) and differ only in the
+# build: the Verlet list keeps the dense and dilute geometries, the species lookup (a mixture) and
+# Morse (the program test_morse_equals_ase[dense-verlet] reuses), the cell list the two geometries;
+# the other listed cases repeat a pair function that AllPairs checks.
+LISTED = {"verlet": ("lj-dense-energy", "lj-dilute-force", "lj-mixture-table", "morse-dense"),
+          "cell": ("lj-dense-plain", "lj-dilute-force")}
+
+
+def _sums_params():
+    for case in CASES:
+        for strategy in STRATEGIES:
+            if strategy == "all" or case in LISTED[strategy]:
+                yield pytest.param(case, strategy, id=f"{case}-{strategy}")
+            else:  # covered by [<case>-all] (its pair function) and the kept listed cases (the listed sums)
+                yield pytest.param(case, strategy, id=f"{case}-{strategy}", marks=pytest.mark.slow)
+
+
+@pytest.mark.parametrize("case, strategy", list(_sums_params()))
 def test_sums_equal_numpy_reference(case, strategy):
     make, reference, kind = CASES[case]
     x, box = case_configuration(kind)
@@ -175,8 +192,20 @@ def test_sums_equal_numpy_reference(case, strategy):
     assert_close(result, reference_sums(x, box, phi, dphi, species))
 
 
-@pytest.mark.parametrize("strategy", list(STRATEGIES))
-@pytest.mark.parametrize("kind", ["dense", "dilute"])
+def _ase_params():
+    """ASE's conventions (shift, stress sign) are checked with AllPairs on both configurations and
+    with the Verlet list on the dense one (the compiled sums of test_sums_equal_numpy_reference's
+    dense cases, same potential and capacities); the listed sums of both strategies against the
+    NumPy reference are test_sums_equal_numpy_reference's."""
+    for kind in ("dense", "dilute"):
+        for strategy in STRATEGIES:
+            if strategy == "all" or (kind, strategy) == ("dense", "verlet"):
+                yield pytest.param(kind, strategy, id=f"{kind}-{strategy}")
+            else:  # covered by [<kind>-all] here and test_sums_equal_numpy_reference[...-<strategy>]
+                yield pytest.param(kind, strategy, id=f"{kind}-{strategy}", marks=pytest.mark.slow)
+
+
+@pytest.mark.parametrize("kind, strategy", list(_ase_params()))
 def test_lennard_jones_equals_ase(kind, strategy):
     """ASE's LennardJones with smooth=False shifts the energy to zero at rc: shift="energy"."""
     from ase import Atoms
@@ -191,8 +220,7 @@ def test_lennard_jones_equals_ase(kind, strategy):
     assert_close(result, (atoms.get_potential_energy(), atoms.get_forces(), -stress * box**3))
 
 
-@pytest.mark.parametrize("strategy", list(STRATEGIES))
-@pytest.mark.parametrize("kind", ["dense", "dilute"])
+@pytest.mark.parametrize("kind, strategy", list(_ase_params()))
 def test_morse_equals_ase(kind, strategy):
     """ASE's MorsePotential always smooths between rcut1 and rcut2 (in units of r0): a window of
     1e-9 with no pair in it makes its cutoff sharp, the plainly truncated Morse (ε = D, ρ₀ = α r₀)."""
@@ -213,7 +241,11 @@ def test_morse_equals_ase(kind, strategy):
     assert_close(result, (atoms.get_potential_energy(), atoms.get_forces(), -stress * box**3))
 
 
-@pytest.mark.parametrize("strategy", ["cell", "verlet"])
+@pytest.mark.parametrize("strategy", [
+    # covered by [verlet] (LAMMPS's values) and test_sums_equal_numpy_reference[...-cell] (the cell list's sums)
+    pytest.param("cell", marks=pytest.mark.slow),
+    "verlet",
+])
 def test_lammps_in_lj_start(strategy):
     """LAMMPS `thermo` at step 0 of in.lj: PE/atom −6.7733681, pressure −3.7033504 (LAMMPS's
     pressure is (2K + tr W) / 3V with K from every atom: its 3N − 3 dof enter T and leave again)."""
@@ -235,11 +267,14 @@ def test_forces_are_minus_gradient_and_pressure_is_volume_derivative():
     x = jnp.asarray(x)
     potential = md.LennardJones(1.0, 1.0, 2.2, "force") + md.Morse(0.3, 2.0, 1.2, 2.0, "force")  # continuous U
     reference = md.MDSystem(md.Box(box), potential, jnp.ones(len(x)), neighbours=md.AllPairs())
-    gradient = jax.grad(reference.potential_energy)(x)
+    gradient = jax.jit(jax.grad(reference.potential_energy))(x)
     for strategy in STRATEGIES.values():
         system = md.MDSystem(md.Box(box), potential, jnp.ones(len(x)), neighbours=strategy).allocate(x)
-        forces = build_and_compute(system, x)[0].forces
-        np.testing.assert_allclose(np.asarray(forces), -np.asarray(gradient), rtol=0, atol=1e-12)
+        result, nbrs = build_and_compute(system, x)
+        np.testing.assert_allclose(np.asarray(result.forces), -np.asarray(gradient), rtol=0, atol=1e-12)
+        # float64 in, float64 out (test_float32_and_float64_keep_their_dtype checks float32)
+        assert result.energy.dtype == result.forces.dtype == result.virial.dtype == jnp.float64
+        assert nbrs.reference_positions.dtype == jnp.float64
 
     @jax.jit
     def energy_at(scale):
@@ -249,7 +284,7 @@ def test_forces_are_minus_gradient_and_pressure_is_volume_derivative():
     h = 1e-5
     volume = box**3
     dU_dV = float(energy_at((1 + h) ** (1 / 3)) - energy_at((1 - h) ** (1 / 3))) / (2 * h * volume)
-    virial = reference.virial(x)
+    virial = jax.jit(lambda q: reference.virial(q))(x)
     np.testing.assert_allclose(float(jnp.trace(virial)) / (3 * volume), -dU_dV, rtol=1e-8)
 
 
@@ -297,9 +332,15 @@ def test_gradients_finite_at_the_cutoff_and_padded_slots_and_match_finite_differ
                          neighbours=md.VerletList(skin=0.2)).allocate(x).neighbours
     assert verlet.capacity > 3  # padded slots exist
     params = (jnp.asarray(0.9), jnp.asarray(1.05))
+
+    def moved(i, a, step):  # x.at[i, a].add(step): the same float64 sum, on the host instead of eagerly in JAX
+        y = np.array(x)
+        y[i, a] += step
+        return jnp.asarray(y)
+
     for strategy in (md.AllPairs(), verlet):
         f = jax.jit(lambda p, q, s=strategy: energy(p, q, s))
-        g_params, g_x = jax.grad(f, argnums=(0, 1))(params, x)
+        g_params, g_x = jax.jit(jax.grad(f, argnums=(0, 1)))(params, x)
         assert all(np.isfinite(float(g)) for g in g_params) and np.all(np.isfinite(g_x))
         h = 1e-6
         for k in range(2):
@@ -309,19 +350,26 @@ def test_gradients_finite_at_the_cutoff_and_padded_slots_and_match_finite_differ
         # φ'' jumps at the cutoff, so there the central difference errs by O(h φ''): h = 1e-7, atol 1e-7
         h = 1e-7
         for i, a in [(0, 0), (1, 0), (2, 1), (4, 2)]:
-            fd = float(f(params, x.at[i, a].add(h)) - f(params, x.at[i, a].add(-h))) / (2 * h)
+            fd = float(f(params, moved(i, a, h)) - f(params, moved(i, a, -h))) / (2 * h)
             np.testing.assert_allclose(float(g_x[i, a]), fd, rtol=1e-6, atol=1e-7)
     # second derivatives through the jvp of the pair function stay finite too
-    hessian_row = jax.grad(lambda p: jax.grad(energy, argnums=1)(params, p, md.AllPairs())[0, 0])(x)
+    hessian_row = jax.jit(jax.grad(lambda p: jax.grad(energy, argnums=1)(params, p, md.AllPairs())[0, 0]))(x)
     assert np.all(np.isfinite(hessian_row))
     # the pair energy itself: exactly 0 at and beyond the cutoff, finite zero gradients there
     lj = md.LennardJones(1.0, 1.0, rc)
     r = jnp.array([rc, rc + 1.0, jnp.inf, 0.0 + rc * 0.5])
-    assert float(lj.pair_energy(r)[0]) == 0.0 and float(lj.pair_energy(r)[1]) == 0.0
-    grads = jax.vmap(jax.grad(lj.pair_energy))(r)
+    energies = jax.jit(lambda d: lj.pair_energy(d))(r)
+    assert float(energies[0]) == 0.0 and float(energies[1]) == 0.0
+    grads = jax.jit(jax.vmap(jax.grad(lj.pair_energy)))(r)
     assert float(grads[0]) == 0.0 and float(grads[1]) == 0.0 and float(grads[2]) == 0.0
 
 
+@pytest.mark.parametrize("dtype", [
+    jnp.dtype("float32"),
+    # covered by test_forces_are_minus_gradient_and_pressure_is_volume_derivative (LJ + Morse, every strategy,
+    # float64 dtypes) and test_sums_equal_numpy_reference (float64 sums to 1e-10)
+    pytest.param(jnp.dtype("float64"), marks=pytest.mark.slow),
+], ids=["float32", "float64"])
 def test_float32_and_float64_keep_their_dtype(dtype):
     x, box = lattice_configuration(3, 0.8442, seed=6)
     x = jnp.asarray(x, dtype)
@@ -366,7 +414,7 @@ def test_bonds_and_kremer_grest_chains():
         (fene, -0.5 * 30 * 1.5**2 * np.log(1 - (r / 1.5) ** 2), 30 * r / (1 - (r / 1.5) ** 2)),
     ]:
         system = md.MDSystem(md.Box(box), term, jnp.ones(n))
-        result = system.compute(jnp.asarray(x), system.build_neighbours(jnp.asarray(x)))
+        result = build_and_compute(system, jnp.asarray(x))[0]
         fij = -(dphi / r)[:, None] * b
         forces = np.zeros_like(x)
         np.add.at(forces, bonds[:, 0], fij)
@@ -377,10 +425,12 @@ def test_bonds_and_kremer_grest_chains():
     xj = jnp.asarray(x)
     result = build_and_compute(chain, xj)[0]
     scale = float(jnp.max(jnp.abs(result.forces)))
-    np.testing.assert_allclose(result.forces, -jax.grad(chain.potential_energy)(xj), rtol=0, atol=1e-13 * scale)
+    np.testing.assert_allclose(result.forces, -jax.jit(jax.grad(chain.potential_energy))(xj), rtol=0,
+                               atol=1e-13 * scale)
     wca_only = md.MDSystem(md.Box(box), md.WCA(), jnp.ones(n))
     fene_only = md.MDSystem(md.Box(box), fene, jnp.ones(n))
-    np.testing.assert_allclose(result.virial, wca_only.virial(xj) + fene_only.virial(xj), rtol=1e-12)
+    np.testing.assert_allclose(result.virial, jax.jit(lambda q: wca_only.virial(q) + fene_only.virial(q))(xj),
+                               rtol=1e-12)
     wca = md.WCA(1.0, 1.0)
     assert float(wca.cutoff) == pytest.approx(2 ** (1 / 6))
     assert float(wca.pair_energy(jnp.asarray(1.0))) == pytest.approx(1.0)  # 4(1 - 1) + ε
