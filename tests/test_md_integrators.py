@@ -58,6 +58,33 @@ def energy_observable(integrator):
     return {"H": lambda t, s, system: integrator.extended_energy(system, s)}
 
 
+@eqx.filter_jit
+def initial_carry(integrator, system, state):
+    return integrator.init(system, 0.0, state, None)
+
+
+def observed_in_chunks(system, state, integrator, dt, n_chunks, chunk_steps, save_every, observables, key=None):
+    """(observables, final carry) of `simulate` over `n_chunks * chunk_steps` steps, run as
+    `n_chunks` calls continuing from the previous final carry (bitwise one call): every step
+    size and length reuses one compiled program instead of compiling one per length."""
+    carry, chunks = initial_carry(integrator, system, state), []
+    for c in range(n_chunks):
+        traj = sciax.simulate(system, integrator=integrator, dt=dt, n_steps=chunk_steps, save_every=save_every,
+                              observables=observables, save_states=False, key=key, carry0=carry,
+                              step_offset=c * chunk_steps)
+        chunks.append({k: np.asarray(v)[0 if c == 0 else 1:] for k, v in traj.observables.items()})
+        carry = traj.final_carry
+    return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}, carry
+
+
+def assert_float64_carry(carry, observables):
+    """A float64 run keeps float64 (and int32 images and counters) everywhere (test_dtype_is_kept
+    checks float32)."""
+    for leaf in jax.tree.leaves(carry):
+        assert leaf.dtype in (jnp.float64, jnp.int32), leaf.dtype
+    assert all(v.dtype == jnp.float64 for v in observables.values())
+
+
 def batch_means(x, n_batches=20):
     """Mean and its standard error from batch means (correlated samples)."""
     x = np.asarray(x)[: len(x) // n_batches * n_batches].reshape(n_batches, -1)
@@ -106,16 +133,19 @@ def test_velocity_verlet_matches_numpy_reference():
 
 def test_nve_energy_fluctuation_scales_as_dt_squared():
     """LJ liquid (N = 108, ρ* = 0.85, T* = 0.85, energy-shifted at 2.4σ), the same 1.5 τ run at
-    three step sizes: the largest |H(t) − H(0)| falls as dt² (fitted slope 2 ± 0.3)."""
+    three step sizes (75 frames each; 375 steps per call): the largest |H(t) − H(0)| falls as dt²
+    (fitted slope 2 ± 0.3)."""
     system, state = liquid()
     integrator = VelocityVerlet()
     deviations = []
     steps = (0.004, 0.002, 0.001)
-    for dt in steps:
-        n_steps = int(round(1.5 / dt))
-        traj = sciax.simulate(system, state, integrator=integrator, dt=dt, n_steps=n_steps, save_every=n_steps // 75,
-                              observables=energy_observable(integrator), save_states=False)
-        h = np.asarray(traj.observables["H"])
+    for n_chunks, dt in enumerate(steps, start=1):
+        n_chunks = 2 ** (n_chunks - 1)  # 375, 750 and 1,500 steps
+        observed, carry = observed_in_chunks(system, state, integrator, dt, n_chunks, 375, 5,
+                                             energy_observable(integrator))
+        assert_float64_carry(carry, observed)
+        h = observed["H"][::n_chunks]  # every 5, 10, 20 steps: 75 intervals of 0.02 τ
+        assert len(h) == 76
         deviations.append(np.max(np.abs(h - h[0])) / 108)
     slope = np.polyfit(np.log(steps), np.log(deviations), 1)[0]
     assert 1.7 < slope < 2.3, (slope, deviations)
@@ -165,15 +195,14 @@ def test_thermostat_extended_energy_conserved(integrator, key):
     ~4x: an integration error, not bookkeeping, which would be of the order of the heat)."""
     system, state = liquid(kT=1.5)  # starts hotter than the bath: heat flows out
     deviations, heat = [], None
-    for dt in (0.004, 0.002):
-        n_steps = int(round(2.4 / dt))
-        traj = sciax.simulate(system, state, integrator=integrator, dt=dt, n_steps=n_steps, save_every=n_steps // 60,
-                              observables={**energy_observable(integrator),
-                                           "Q": lambda t, s, sy: integrator.thermostat_energy(sy, s)},
-                              save_states=False, key=key)
-        h = np.asarray(traj.observables["H"]) / 108
+    observables = {**energy_observable(integrator), "Q": lambda t, s, sy: integrator.thermostat_energy(sy, s)}
+    for n_chunks, dt in ((1, 0.004), (2, 0.002)):  # 600 and 1,200 steps, 600 per call
+        observed, carry = observed_in_chunks(system, state, integrator, dt, n_chunks, 600, 10, observables, key=key)
+        assert_float64_carry(carry, observed)
+        h = observed["H"][::n_chunks] / 108  # 60 intervals of 0.04 τ
+        assert len(h) == 61
         deviations.append(np.max(np.abs(h - h[0])))
-        heat = heat if heat is not None else np.max(np.abs(np.asarray(traj.observables["Q"]))) / 108
+        heat = heat if heat is not None else np.max(np.abs(observed["Q"])) / 108
     assert heat > 0.2  # the thermostat moved a lot of energy
     assert deviations[0] < 2e-3, deviations
     assert deviations[1] < deviations[0] / 2.5, deviations
@@ -283,7 +312,11 @@ def test_gradients_match_finite_differences(integrator, shift, n_steps):
     def loss(e, s, q, adjoint=sciax.CheckpointAdjoint()):
         return _loss(e, s, q, system, state, integrator, adjoint, n_steps)[0]
 
-    value, traj = _loss(eps, sig, state.positions, system, state, integrator, sciax.CheckpointAdjoint(), n_steps)
+    # one compiled program gives the gradients, the trajectory checked here and the losses of the differences
+    value_and_grads = jax.jit(jax.value_and_grad(
+        lambda e, s, q: _loss(e, s, q, system, state, integrator, sciax.CheckpointAdjoint(), n_steps),
+        argnums=(0, 1, 2), has_aux=True))
+    (value, traj), grads = value_and_grads(eps, sig, state.positions)
     assert int(traj.final_carry.neighbours.n_builds) >= 6
     assert not sciax.md.overflowed(traj.final_carry)
 
@@ -293,9 +326,11 @@ def test_gradients_match_finite_differences(integrator, shift, n_steps):
 
     assert np.sum(inside(state.positions) != inside(traj.final_state.positions)) > 20
 
-    grads = jax.grad(loss, argnums=(0, 1, 2))(eps, sig, state.positions)
     assert all(bool(jnp.all(jnp.isfinite(g))) for g in grads)
-    loss_jit = jax.jit(loss)
+
+    def loss_jit(e, s, q):
+        return value_and_grads(e, s, q)[0][0]
+
     h = 1e-7
     fd_eps = (loss_jit(eps + h, sig, state.positions) - loss_jit(eps - h, sig, state.positions)) / (2 * h)
     fd_sig = (loss_jit(eps, sig + h, state.positions) - loss_jit(eps, sig - h, state.positions)) / (2 * h)
@@ -306,7 +341,8 @@ def test_gradients_match_finite_differences(integrator, shift, n_steps):
             - loss_jit(eps, sig, state.positions - h * direction)) / (2 * h)
     np.testing.assert_allclose(jnp.sum(grads[2] * direction), fd_q, rtol=1e-5)
 
-    reversible = jax.grad(loss, argnums=(0, 1, 2))(eps, sig, state.positions, sciax.ReversibleAdjoint())
+    reversible = jax.jit(jax.grad(lambda e, s, q: loss(e, s, q, sciax.ReversibleAdjoint()), argnums=(0, 1, 2)))(
+        eps, sig, state.positions)
     for a, b in zip(grads, reversible):
         np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-9 * float(jnp.max(jnp.abs(a))))
 
@@ -323,9 +359,9 @@ def test_reversible_step_inverts_a_step():
     integrator = VelocityVerlet()
     step = eqx.filter_jit(lambda c, h: integrator.step(system, 0.0, c, h, None, None))
     carry = eqx.filter_jit(integrator.init)(system, 0.0, state, None)
-    after = step(carry, 0.004)
+    after = step(carry, jnp.asarray(0.004))  # arrays: one program for both signs
     assert after.state.images[0].tolist() == [1, 0, 0]
-    back = step(after, -0.004)
+    back = step(after, jnp.asarray(-0.004))
     np.testing.assert_allclose(back.state.positions, carry.state.positions, atol=1e-12)
     np.testing.assert_allclose(back.state.velocities, carry.state.velocities, atol=1e-12)
     np.testing.assert_array_equal(back.state.images, carry.state.images)
@@ -336,10 +372,14 @@ def test_reversible_step_inverts_a_step():
 
 
 # Nosé–Hoover (thermostat variables) and Bussi (per-step keys, heat) cover what the carry must
-# hold; velocity Verlet and Langevin repeat them with less in the carry.
+# hold; velocity Verlet and Langevin repeat them with less in the carry. Bussi is covered by
+# test_md_sweep.py::test_members_at_different_densities_with_a_thermostat_axis (Bussi members run in
+# chunks, each from the last one's carry, equal one simulate bit for bit: keys, heat, neighbour list)
+# and test_md_run.py::test_resume_bitwise (Langevin chunks continued from a carry: per-step keys).
 @pytest.mark.parametrize("integrator", [pytest.param(VelocityVerlet(), marks=pytest.mark.slow),
                                         pytest.param(Langevin(1.0, 1.0), marks=pytest.mark.slow),
-                                        NoseHooverChain(1.0, 0.2), Bussi(1.0, 0.2)],
+                                        NoseHooverChain(1.0, 0.2),
+                                        pytest.param(Bussi(1.0, 0.2), marks=pytest.mark.slow)],
                          ids=["verlet", "langevin", "nose-hoover", "bussi"])
 def test_continuing_from_final_carry_is_bitwise(integrator, key):
     """Two runs of 60 steps, the second from the first's final carry, equal one run of 120 steps
@@ -360,6 +400,12 @@ def test_continuing_from_final_carry_is_bitwise(integrator, key):
 
 @pytest.mark.parametrize("integrator", [VelocityVerlet(), Langevin(1.0, 1.0), NoseHooverChain(1.0, 0.2),
                                         Bussi(1.0, 0.2)], ids=["verlet", "langevin", "nose-hoover", "bussi"])
+@pytest.mark.parametrize("dtype", [
+    jnp.dtype("float32"),
+    # covered by assert_float64_carry in test_nve_energy_fluctuation_scales_as_dt_squared (velocity Verlet) and
+    # test_thermostat_extended_energy_conserved (Langevin, Nosé–Hoover, Bussi): float64 carries and observables
+    pytest.param(jnp.dtype("float64"), marks=pytest.mark.slow),
+], ids=["float32", "float64"])
 def test_dtype_is_kept(integrator, dtype, key):
     system, state = liquid(3, density=0.5, dtype=dtype)
     traj = sciax.simulate(system, state, integrator=integrator, dt=0.004, n_steps=10, save_every=5, key=key,
@@ -373,11 +419,11 @@ def test_dtype_is_kept(integrator, dtype, key):
 
 def test_thermostat_variables_in_state():
     system, state = liquid(3, density=0.5)
-    carry = NoseHooverChain(1.0, 0.2, chain_length=4).init(system, 0.0, state, None)
+    carry = initial_carry(NoseHooverChain(1.0, 0.2, chain_length=4), system, state)
     assert isinstance(carry.state.thermostat, NoseHooverChainState)
     assert carry.state.thermostat.xi.shape == (4,)
-    assert Bussi(1.0, 0.2).init(system, 0.0, state, None).state.thermostat.shape == ()
-    assert VelocityVerlet().init(system, 0.0, state, None).state.thermostat == ()
+    assert initial_carry(Bussi(1.0, 0.2), system, state).state.thermostat.shape == ()
+    assert initial_carry(VelocityVerlet(), system, state).state.thermostat == ()
 
 
 def test_bad_arguments():
