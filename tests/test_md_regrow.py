@@ -76,13 +76,14 @@ def test_replay_equals_run_allocated_large_enough(integrator, dtype):
 
 def test_an_overflowed_run_is_wrong_without_replay():
     """The same undersized run, not replayed, flags the overflow and its forces are wrong: the
-    check is needed."""
+    check is needed. (20 steps saved every 10: `good` is the first chunk of the replay test's run,
+    compiled once.)"""
     system, state = undersized()
     system = with_capacity(system, int(system.neighbours.capacity) - 4)
-    traj = sciax.simulate(system, state, integrator=VelocityVerlet(), dt=0.004, n_steps=40, save_every=40)
+    traj = sciax.simulate(system, state, integrator=VelocityVerlet(), dt=0.004, n_steps=20, save_every=10)
     assert overflowed(traj.final_carry)
     assert "neighbours per particle" in sciax.md.describe_overflow(int(traj.final_carry.neighbours.overflow))
-    good = simulate_md(system, state, integrator=VelocityVerlet(), dt=0.004, n_steps=40, save_every=40)
+    good = simulate_md(system, state, integrator=VelocityVerlet(), dt=0.004, n_steps=20, save_every=10)
     assert not np.array_equal(traj.final_carry.forces, good.trajectory.final_carry.forces)
 
 
@@ -104,6 +105,10 @@ def test_reallocate_carry_is_the_large_runs_carry():
         b.final_carry.virial))))
 
 
+# covered by test_md_sweep.py::test_replayed_sweep_equals_sweep_allocated_large_enough: sweep_md reads
+# the vmapped carries' overflow (some members), grows to the largest need and reallocates every
+# member's carry, and the replayed sweep equals the one allocated large enough, bit for bit
+@pytest.mark.slow
 def test_batched_carry_of_an_ensemble():
     """`overflowed` of a vmapped carry is True when any member overflowed; `grow` takes the
     largest need; `reallocate_carry` rebuilds every member."""
@@ -128,12 +133,13 @@ def test_batched_carry_of_an_ensemble():
 
 
 def test_continuing_simulate_md_from_a_carry(key):
+    """(Chunks of 20 steps saved every 10: the replay test's compiled chunks.)"""
     system, state = undersized()
     whole = simulate_md(system, state, integrator=VelocityVerlet(), dt=0.004, n_steps=80, chunk_steps=20,
-                        save_every=20)
-    half = simulate_md(system, state, integrator=VelocityVerlet(), dt=0.004, n_steps=40, chunk_steps=20, save_every=20)
+                        save_every=10)
+    half = simulate_md(system, state, integrator=VelocityVerlet(), dt=0.004, n_steps=40, chunk_steps=20, save_every=10)
     rest = simulate_md(half.system, carry0=half.trajectory.final_carry, integrator=VelocityVerlet(), dt=0.004,
-                       n_steps=40, chunk_steps=20, save_every=20, step_offset=40)
+                       n_steps=40, chunk_steps=20, save_every=10, step_offset=40)
     assert_trees_equal(whole.trajectory.final_carry.state, rest.trajectory.final_carry.state)
 
 
@@ -150,5 +156,6 @@ def test_errors():
         simulate_md(tiny, state, integrator=VelocityVerlet(), dt=0.004, n_steps=40, max_regrows=0)
     with pytest.raises(TypeError, match=r"simulate_md: `dt` is being traced"):
         jax.jit(lambda dt: simulate_md(system, state, integrator=VelocityVerlet(), dt=dt, n_steps=4))(0.004)
-    assert isinstance(reallocate_carry(system, VelocityVerlet().init(system, 0.0, state, None)), MDCarry)
+    assert isinstance(reallocate_carry(system, eqx.filter_jit(VelocityVerlet().init)(system, 0.0, state, None)),
+                      MDCarry)
     assert isinstance(state, MDState)
