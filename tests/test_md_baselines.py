@@ -168,8 +168,11 @@ IMPLS = {
     "openmm_cpu": (_openmm_cpu, ("float32",)),  # single-precision forces whatever the input
     "openmm_reference": (_openmm_reference, ("float64",)),
 }
-CASES = [pytest.param(name, p, marks=pytest.mark.slow) if (name, p) == ("jaxmd", "float64") else (name, p)
-         for name, (_, precisions) in IMPLS.items() for p in precisions]  # JAX-MD float32 runs by default
+# Slow: JAX-MD float64 (float32 runs by default) and sciax float64, covered by [sciax-float32] (the same
+# harness code, SciaxLJ.step0) and test_dynamics_match_numpy[sciax] (float64 against the NumPy run).
+SLOW_CASES = (("jaxmd", "float64"), ("sciax", "float64"))
+CASES = [pytest.param(name, p, marks=pytest.mark.slow) if (name, p) in SLOW_CASES else (name, p)
+         for name, (_, precisions) in IMPLS.items() for p in precisions]
 
 
 @pytest.mark.parametrize(("name", "precision"), CASES)
