@@ -339,8 +339,13 @@ def test_gradients_finite_at_the_cutoff_and_padded_slots_and_match_finite_differ
         return jnp.asarray(y)
 
     for strategy in (md.AllPairs(), verlet):
-        f = jax.jit(lambda p, q, s=strategy: energy(p, q, s))
-        g_params, g_x = jax.jit(jax.grad(f, argnums=(0, 1)))(params, x)
+        # one compiled program gives the gradients and the energies of the differences
+        value_and_grad = jax.jit(jax.value_and_grad(lambda p, q, s=strategy: energy(p, q, s), argnums=(0, 1)))
+
+        def f(p, q, value_and_grad=value_and_grad):
+            return value_and_grad(p, q)[0]
+
+        g_params, g_x = value_and_grad(params, x)[1]
         assert all(np.isfinite(float(g)) for g in g_params) and np.all(np.isfinite(g_x))
         h = 1e-6
         for k in range(2):
@@ -424,13 +429,17 @@ def test_bonds_and_kremer_grest_chains():
                         neighbours=md.VerletList(skin=0.3)).allocate(jnp.asarray(x))
     xj = jnp.asarray(x)
     result = build_and_compute(chain, xj)[0]
-    scale = float(jnp.max(jnp.abs(result.forces)))
-    np.testing.assert_allclose(result.forces, -jax.jit(jax.grad(chain.potential_energy))(xj), rtol=0,
-                               atol=1e-13 * scale)
+    # U and the sum of b ⊗ f by all pairs (as test_forces_are_minus_gradient_and_pressure_is_volume_derivative's
+    # reference), in one program
     wca_only = md.MDSystem(md.Box(box), md.WCA(), jnp.ones(n))
     fene_only = md.MDSystem(md.Box(box), fene, jnp.ones(n))
-    np.testing.assert_allclose(result.virial, jax.jit(lambda q: wca_only.virial(q) + fene_only.virial(q))(xj),
-                               rtol=1e-12)
+    assert isinstance(wca_only.neighbours, md.AllPairs) and isinstance(fene_only.neighbours, md.AllPairs)
+    gradient, virial = jax.jit(lambda q: (jax.grad(lambda y: wca_only.potential_energy(y)
+                                                   + fene_only.potential_energy(y))(q),
+                                          wca_only.virial(q) + fene_only.virial(q)))(xj)
+    scale = float(jnp.max(jnp.abs(result.forces)))
+    np.testing.assert_allclose(result.forces, -gradient, rtol=0, atol=1e-13 * scale)
+    np.testing.assert_allclose(result.virial, virial, rtol=1e-12)
     wca = md.WCA(1.0, 1.0)
     assert float(wca.cutoff) == pytest.approx(2 ** (1 / 6))
     assert float(wca.pair_energy(jnp.asarray(1.0))) == pytest.approx(1.0)  # 4(1 - 1) + ε

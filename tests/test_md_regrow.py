@@ -23,12 +23,17 @@ from sciax.md import (
 from sciax.md._regrow import CAPACITY_QUANTUM
 
 
+@eqx.filter_jit  # one program instead of the build's operations compiled one by one
+def _required(system, positions):
+    return system.build_neighbours(positions).required
+
+
 def undersized(dtype=jnp.float64):
     """The 64-particle gas of the gradient tests with capacities that hold its first build only
     (neighbours per particle and particles per cell as counted at the start)."""
     system, state = gradient_gas()
     system, state = sciax.astype(system, dtype), sciax.astype(state, dtype)
-    need = system.build_neighbours(state.positions).required
+    need = _required(system, state.positions)
     strategy = dataclasses.replace(system.neighbours, capacity=int(need[0]), cell_capacity=int(need[1]))
     return eqx.tree_at(lambda s: s.neighbours, system, strategy), state
 
@@ -43,19 +48,39 @@ def assert_trees_equal(a, b):
         np.testing.assert_array_equal(x, y, err_msg=jax.tree_util.keystr(path))
 
 
+def replayed(integrator, dtype):
+    """(simulate_md run of the undersized gas, one `simulate` call with its final capacities,
+    one with a neighbour capacity of 3 x 32): 240 steps in chunks of 20, saved every 10."""
+    system, state = undersized(dtype)
+    assert system.neighbours.capacity % CAPACITY_QUANTUM != 0  # simulate_md rounds it up
+    run = simulate_md(system, state, integrator=integrator, dt=0.004, n_steps=240, chunk_steps=20, save_every=10)
+    reference = sciax.simulate(run.system, state, integrator=integrator, dt=0.004, n_steps=240, save_every=10)
+    larger = sciax.simulate(with_capacity(run.system, 3 * CAPACITY_QUANTUM), state, integrator=integrator, dt=0.004,
+                            n_steps=240, save_every=10)
+    return run, reference, larger
+
+
+@pytest.fixture(scope="module")
+def verlet_replay():
+    """The velocity-Verlet float64 case of test_replay_equals_run_allocated_large_enough, computed
+    once: test_reallocate_carry_is_the_large_runs_carry reallocates its runs' carries."""
+    return replayed(VelocityVerlet(), jnp.float64)
+
+
 @pytest.mark.parametrize("integrator, dtype", [
     (VelocityVerlet(), jnp.float64),
     pytest.param(VelocityVerlet(), jnp.float32, marks=pytest.mark.slow),  # float64 covers the replay
     pytest.param(NoseHooverChain(1.0, 0.2), jnp.float64, marks=pytest.mark.slow),
 ], ids=["verlet-float64", "verlet-float32", "nose-hoover-float64"])
-def test_replay_equals_run_allocated_large_enough(integrator, dtype):
+def test_replay_equals_run_allocated_large_enough(integrator, dtype, request):
     """The undersized list overflows in a later chunk; `simulate_md` grows it and replays that
     chunk. Its trajectory, final carry (neighbour list included) and times equal one `simulate`
     call with the final capacities from the start, bit for bit; the states also equal a run with
-    a capacity of 4 x 32 (different neighbour-array shapes, same bits)."""
-    system, state = undersized(dtype)
-    assert system.neighbours.capacity % CAPACITY_QUANTUM != 0  # simulate_md rounds it up
-    run = simulate_md(system, state, integrator=integrator, dt=0.004, n_steps=240, chunk_steps=20, save_every=10)
+    a capacity of 3 x 32 (different neighbour-array shapes, same bits)."""
+    if isinstance(integrator, VelocityVerlet) and dtype == jnp.float64:
+        run, reference, larger = request.getfixturevalue("verlet_replay")
+    else:
+        run, reference, larger = replayed(integrator, dtype)
     assert len(run.regrowths) >= 1
     first = run.regrowths[0]
     assert first.step > 0 and first.step % 20 == 0  # a later chunk overflowed: its start carry was reallocated
@@ -64,38 +89,43 @@ def test_replay_equals_run_allocated_large_enough(integrator, dtype):
     assert not overflowed(run.trajectory.final_carry)
     assert run.trajectory.times.shape == (25,)
 
-    reference = sciax.simulate(run.system, state, integrator=integrator, dt=0.004, n_steps=240, save_every=10)
     assert not overflowed(reference.final_carry)
     assert_trees_equal(run.trajectory, reference)
 
-    larger = sciax.simulate(with_capacity(run.system, 4 * CAPACITY_QUANTUM), state, integrator=integrator, dt=0.004,
-                            n_steps=240, save_every=10)
+    assert larger.final_carry.neighbours.indices.shape[-1] == 3 * CAPACITY_QUANTUM > run.system.neighbours.capacity
     assert_trees_equal(run.trajectory.states, larger.states)
     assert_trees_equal(run.trajectory.final_carry.state, larger.final_carry.state)
 
 
 def test_an_overflowed_run_is_wrong_without_replay():
     """The same undersized run, not replayed, flags the overflow and its forces are wrong: the
-    check is needed. (20 steps saved every 10: `good` is the first chunk of the replay test's run,
-    compiled once.)"""
+    check is needed. (Chunks of 20 steps saved every 10 from step 40, where the replay test's run
+    overflows: the programs of that run, compiled once.)"""
     system, state = undersized()
-    system = with_capacity(system, int(system.neighbours.capacity) - 4)
-    traj = sciax.simulate(system, state, integrator=VelocityVerlet(), dt=0.004, n_steps=20, save_every=10)
+    head = simulate_md(system, state, integrator=VelocityVerlet(), dt=0.004, n_steps=40, chunk_steps=20,
+                       save_every=10)
+    assert not head.regrowths
+    small, carry = head.system, head.trajectory.final_carry
+    traj = sciax.simulate(small, integrator=VelocityVerlet(), dt=0.004, n_steps=20, save_every=10, carry0=carry,
+                          step_offset=40)
     assert overflowed(traj.final_carry)
     assert "neighbours per particle" in sciax.md.describe_overflow(int(traj.final_carry.neighbours.overflow))
-    good = simulate_md(system, state, integrator=VelocityVerlet(), dt=0.004, n_steps=20, save_every=10)
+    good = simulate_md(small, integrator=VelocityVerlet(), dt=0.004, n_steps=20, save_every=10, carry0=carry,
+                       step_offset=40)
+    assert len(good.regrowths) == 1 and not overflowed(good.trajectory.final_carry)
     assert not np.array_equal(traj.final_carry.forces, good.trajectory.final_carry.forces)
 
 
-def test_reallocate_carry_is_the_large_runs_carry():
+def test_reallocate_carry_is_the_large_runs_carry(verlet_replay):
     """Reallocating a carry (capacity 64 -> 96) gives the carry of a run with 96 from the start:
     the same state, forces and neighbours (padded), build counter and status, bit for bit. The
     energy and virial are sums over all slots at once, whose order XLA chooses by shape: they
-    agree to rounding (1e-14 relative), not bitwise; the dynamics use only the forces."""
-    system, state = undersized()
-    small, large = with_capacity(system, 64), with_capacity(system, 96)
-    a = sciax.simulate(small, state, integrator=VelocityVerlet(), dt=0.004, n_steps=60, save_every=60)
-    b = sciax.simulate(large, state, integrator=VelocityVerlet(), dt=0.004, n_steps=60, save_every=60)
+    agree to rounding (1e-14 relative), not bitwise; the dynamics use only the forces. (The two
+    240-step runs of the replay test, `reference` and `larger`.)"""
+    run, a, b = verlet_replay
+    small, large = run.system, with_capacity(run.system, 96)
+    assert small.neighbours.capacity == 64 and a.final_carry.neighbours.indices.shape[-1] == 64
+    assert b.final_carry.neighbours.indices.shape[-1] == 96
     assert int(a.final_carry.neighbours.n_builds) > 1
     rebuilt = reallocate_carry(large, a.final_carry)
     assert_trees_equal((rebuilt.state, rebuilt.forces, rebuilt.neighbours), (b.final_carry.state, b.final_carry.forces,
@@ -151,11 +181,13 @@ def test_errors():
         simulate_md(system, state, integrator=VelocityVerlet(), dt=0.004, n_steps=40, chunk_steps=15, save_every=10)
     with pytest.raises(TypeError, match=r"pass exactly one of `state0`"):
         simulate_md(system, integrator=VelocityVerlet(), dt=0.004, n_steps=40)
-    with pytest.raises(RuntimeError, match=r"after 0 growths \(`max_regrows`\)"):
-        tiny = eqx.tree_at(lambda s: s.neighbours, system, dataclasses.replace(system.neighbours, cell_capacity=1))
-        simulate_md(tiny, state, integrator=VelocityVerlet(), dt=0.004, n_steps=40, max_regrows=0)
+    # the replay test's run, which overflows in the chunk from step 40 (its compiled chunks)
+    with pytest.raises(RuntimeError, match=r"from step 40 after 0 growths \(`max_regrows`\)"):
+        simulate_md(system, state, integrator=VelocityVerlet(), dt=0.004, n_steps=60, chunk_steps=20, save_every=10,
+                    max_regrows=0)
     with pytest.raises(TypeError, match=r"simulate_md: `dt` is being traced"):
         jax.jit(lambda dt: simulate_md(system, state, integrator=VelocityVerlet(), dt=dt, n_steps=4))(0.004)
-    assert isinstance(reallocate_carry(system, eqx.filter_jit(VelocityVerlet().init)(system, 0.0, state, None)),
-                      MDCarry)
+    # a carry of the replay test's first 40 steps (its compiled chunks)
+    head = simulate_md(system, state, integrator=VelocityVerlet(), dt=0.004, n_steps=40, chunk_steps=20, save_every=10)
+    assert isinstance(reallocate_carry(head.system, head.trajectory.final_carry), MDCarry)
     assert isinstance(state, MDState)
