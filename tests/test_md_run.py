@@ -56,6 +56,11 @@ plot = false
 """
 
 
+# Capacities that hold the small scenario's whole run: no regrowth, and one compiled chunk program
+# per stage, shared by every test that runs the scenario with them (the first builds it).
+LARGE = "capacity = 80\ncell_capacity = 60"
+
+
 def _scenario(tmp_path, text, name="s.toml"):
     path = tmp_path / name
     path.write_text(text)
@@ -76,7 +81,7 @@ def _final_carry(folder, scenario):
 def reference(tmp_path_factory):
     """The small scenario with large capacities, uninterrupted."""
     tmp = tmp_path_factory.mktemp("md_reference")
-    sc = _scenario(tmp, SMALL.format(capacity="capacity = 80\ncell_capacity = 60"))
+    sc = _scenario(tmp, SMALL.format(capacity=LARGE))
     result = run_md(sc, tmp / "out", progress=False)
     return sc, tmp / "out", result
 
@@ -145,7 +150,8 @@ def test_final_frame_is_final_state(reference, tmp_path):
 
 
 def test_regrowth_replays_bitwise(reference, tmp_path):
-    """Deliberately small capacities overflow, grow and replay: files equal the large run's."""
+    """Deliberately small capacities overflow, grow and replay: files equal the large run's, also
+    when the run is stopped after the growth and resumed."""
     sc_ref, out_ref, _ = reference
     sc = _scenario(tmp_path, SMALL.format(capacity="capacity = 32"))
     assert sc.hash() == sc_ref.hash()  # capacities are not physics
@@ -154,6 +160,16 @@ def test_regrowth_replays_bitwise(reference, tmp_path):
     assert grown and grown[0]["before"]["capacity"] == 32 and grown[0]["after"]["capacity"] == 64
     assert grown[0]["in"] == "chunk"  # not the start: the chunk's start carry was reallocated and replayed
     assert _files(tmp_path / "out") == _files(out_ref)
+    # stopped after the chunk that grew and resumed: the resume takes the grown capacities from the
+    # checkpoint (no second regrowth) and gives the same files (the chunk programs compiled above)
+    part = tmp_path / "part"
+    stopped = run_md(sc, part, progress=False, max_chunks=grown[0]["step"] // 40 + 1)
+    assert stopped.status == "interrupted" and stopped.summary["regrowths"] == grown
+    assert sio.checkpoint_meta(part / "checkpoint.npz")["capacities"] == grown[0]["after"]
+    resumed = run_md(sc, part, resume=True, progress=False)
+    assert resumed.status == "completed" and resumed.summary["resumed_from_step"] == stopped.steps_done
+    assert resumed.summary["regrowths"] == grown
+    assert _files(part) == _files(out_ref)
     a = np.load(tmp_path / "out" / "checkpoint.npz")
     b = np.load(out_ref / "checkpoint.npz")
     meta_a, meta_b = json.loads(str(a["meta"])), json.loads(str(b["meta"]))
@@ -177,7 +193,7 @@ def test_resume_bitwise(reference, tmp_path):
     """Stopped after 1 and after 3 chunks (inside the first stage and inside the second) and
     resumed: the same files and checkpoint as the uninterrupted run."""
     sc_ref, out_ref, _ = reference
-    sc = _scenario(tmp_path, SMALL.format(capacity="capacity = 80\ncell_capacity = 60"))
+    sc = _scenario(tmp_path, SMALL.format(capacity=LARGE))
     out = tmp_path / "out"
     first = run_md(sc, out, progress=False, max_chunks=1)
     assert first.status == "interrupted" and first.steps_done == 40
@@ -454,7 +470,9 @@ def test_sigkill_then_resume_via_cli(tmp_path):
     from sciax.app.cli import main
 
     path = tmp_path / "long.toml"
-    path.write_text(_edit(SMALL.format(capacity=""), "n_steps = 80\n[output]", "n_steps = 1000000\n[output]"))
+    # the reference's capacities: the killed process compiles one chunk program (no regrowth), and the
+    # resumed and the uninterrupted runs here share the reference's programs when it ran in this process
+    path.write_text(_edit(SMALL.format(capacity=LARGE), "n_steps = 80\n[output]", "n_steps = 1000000\n[output]"))
     out = tmp_path / "out"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     process = subprocess.Popen([sys.executable, "-m", "sciax", "run", str(path), "--out", str(out),
@@ -486,7 +504,7 @@ def test_sigkill_then_resume_via_cli(tmp_path):
                  "--no-compilation-cache"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["resumed_from_step"] == done
-    sc = _scenario(tmp_path, SMALL.format(capacity=""), "whole.toml").with_overrides(n_steps=920)
+    sc = _scenario(tmp_path, SMALL.format(capacity=LARGE), "whole.toml").with_overrides(n_steps=920)
     run_md(sc, tmp_path / "whole", progress=False)
     assert _files(out) == _files(tmp_path / "whole")
 
@@ -496,7 +514,9 @@ def test_blow_up_is_reported(tmp_path):
     and the files up to the last checkpoint."""
     from sciax._errors import NonFiniteStateError
 
-    sc = _scenario(tmp_path, SMALL.format(capacity="").replace("dt = 0.005", "dt = 0.08"))
+    # the reference's capacities hold the run until it blows up: no regrowth, and the reference's
+    # compiled Langevin chunk when it ran in this process
+    sc = _scenario(tmp_path, SMALL.format(capacity=LARGE).replace("dt = 0.005", "dt = 0.08"))
     with pytest.raises(NonFiniteStateError, match=r"small: the run blew up \(NaN/Inf, or atoms flung out of the "
                                                   r"box\) by step \d+ \(stage 'nvt'\)") as info:
         run_md(sc, tmp_path / "out", progress=False)
@@ -550,7 +570,7 @@ def test_ctrl_c_packages_the_checkpoint_and_resumes(reference, tmp_path, monkeyp
     from sciax.app.md_run import _MDDriver
 
     _, out_ref, _ = reference
-    sc = _scenario(tmp_path, SMALL.format(capacity="capacity = 80\ncell_capacity = 60"))
+    sc = _scenario(tmp_path, SMALL.format(capacity=LARGE))
     original = _MDDriver._store
     calls = []
 

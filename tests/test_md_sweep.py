@@ -3,6 +3,7 @@ the chunk replayed; the result equals, bit for bit, the sweep allocated large en
 start, and each member equals its own `simulate_md` run."""
 
 import dataclasses
+import re
 
 import equinox as eqx
 import jax
@@ -74,6 +75,14 @@ def test_replayed_sweep_equals_sweep_allocated_large_enough(gas_sweep):
     large = sweep_md(tiny.system, state, axes=velocity_axis(state), mode="zip", **RUN)
     assert large.regrowths == ()
     assert_equal_but_energy(tiny.trajectory, large.trajectory, U_RTOL[dtype])
+
+    # `max_regrows=0`: the same sweep stops at that overflow, naming the buffer, the members and
+    # the chunk (it runs the chunk programs compiled above, so no compilation of its own)
+    what = re.escape(md.describe_overflow(first.status))
+    with pytest.raises(RuntimeError, match=rf"sweep_md: the neighbour buffers overflowed again \({what} in members "
+                                           rf"\[{', '.join(map(str, first.members))}\]\) in the chunk from step "
+                                           rf"{first.step} after 0 growths \(`max_regrows`\)"):
+        sweep_md(system, state, axes=velocity_axis(state), mode="zip", max_regrows=0, **RUN)
 
 
 # covered by test_members_at_different_densities_with_a_thermostat_axis (each member equals its own
@@ -181,7 +190,5 @@ def test_errors():
     with pytest.raises(sciax.NonFiniteStateError, match=r"sweep_md: the state of member 1 \(\{'state0.velocities"
                                                       r"\[0, 0\]': nan\}\) became non-finite \(NaN/Inf\) by frame 0"):
         sweep_md(system, state, axes={"state0.velocities[0, 0]": np.array([0.0, np.nan])}, check_finite=True, **run)
-    tiny = eqx.tree_at(lambda s: s.neighbours, system, dataclasses.replace(system.neighbours, cell_capacity=1))
-    with pytest.raises(RuntimeError, match=r"overflowed again \(particles per cell in members \[0, 1, 2\]\) in the "
-                                           r"chunk from step 0 after 0 growths \(`max_regrows`\)"):
-        sweep_md(tiny, state, axes=axes, mode="zip", max_regrows=0, **run)
+    # `max_regrows=0` is checked in test_replayed_sweep_equals_sweep_allocated_large_enough, with the
+    # chunk programs its sweep has compiled
