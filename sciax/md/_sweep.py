@@ -115,7 +115,9 @@ def sweep_md(
     virial, sums whose order XLA picks by the list's shape, to rounding: see `sciax.md._regrow`).
     Members share one cell grid, the finest the smallest box allows; the grid orders the
     neighbour list, so a member equals its own `simulate_md` run bit for bit where that run ends
-    on the same grid, and to rounding where its larger box keeps a finer one.
+    on the same grid (velocity Verlet, Langevin, in the tests), and to rounding where its larger
+    box keeps a finer one. Under `Bussi` a member equals its own run to rounding only: JAX's gamma
+    sampler, vmapped, rounds some draws differently by 1 ulp.
 
     A host-side driver, like `simulate_md`: it is not differentiated, and runs every member at
     once on the default device (one chunk of steps holds every member's frames).
