@@ -32,8 +32,13 @@ def run(devices, **kwargs):
                        reduce={"mean": "mean", "var": "var", "max": "max"}, reduce_over="rho", **kwargs)
 
 
+# The one-chunk case is slow: the two-chunk case runs the same comparison (single device vs 4 devices
+# vs a Mesh: bitwise members, failures, reductions, padding) in the default run, and one-chunk
+# shard_map sweeps are compared bitwise with one device by test_sharded_equals_unsharded_beyond_lorenz
+# and test_chunks_copy_nothing_between_devices.
 @needs_4
-@pytest.mark.parametrize("batch_size", [None, 128])  # one chunk; two chunks of 32 members per device
+@pytest.mark.parametrize("batch_size", [pytest.param(None, marks=pytest.mark.slow), 128],  # one chunk; two chunks
+                         ids=["None", "128"])                                             # of 32 members per device
 def test_sharded_equals_unsharded_in_process(batch_size):
     single = run(1)
     sharded = run(4, batch_size=batch_size)

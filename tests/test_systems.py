@@ -619,7 +619,7 @@ def test_parameters_are_differentiable_and_vmappable():
 
     alpha, h = 0.55, 1e-5
     finite_difference = (final_prey(alpha + h) - final_prey(alpha - h)) / (2 * h)
-    np.testing.assert_allclose(jax.grad(final_prey)(alpha), finite_difference, rtol=1e-6)
+    np.testing.assert_allclose(jax.jit(jax.grad(final_prey))(alpha), finite_difference, rtol=1e-6)
     alphas = jnp.array([0.5, 0.55, 0.6])
     batched = jax.vmap(final_prey)(alphas)
     np.testing.assert_allclose(batched, [final_prey(float(a)) for a in alphas], rtol=1e-12)
