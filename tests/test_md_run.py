@@ -56,9 +56,11 @@ plot = false
 """
 
 
-# Capacities that hold the small scenario's whole run: no regrowth, and one compiled chunk program
-# per stage, shared by every test that runs the scenario with them (the first builds it).
-LARGE = "capacity = 80\ncell_capacity = 60"
+# Capacities that hold the small scenario's whole run (and its 1,000-step and blown-up variants
+# below): no regrowth, and one compiled chunk program per stage, shared by every test that runs the
+# scenario with them (the first builds it). They are what test_regrowth_replays_bitwise's run grows
+# to from a neighbour capacity of 32, so its replayed chunks run these programs too.
+LARGE = "capacity = 64\ncell_capacity = 17"
 
 
 def _scenario(tmp_path, text, name="s.toml"):
@@ -150,14 +152,17 @@ def test_final_frame_is_final_state(reference, tmp_path):
 
 
 def test_regrowth_replays_bitwise(reference, tmp_path):
-    """Deliberately small capacities overflow, grow and replay: files equal the large run's, also
-    when the run is stopped after the growth and resumed."""
+    """Deliberately small capacities overflow, grow and replay: the files and the final carry equal,
+    bit for bit, those of the run allocated at the grown capacities from the start (the reference),
+    also when the run is stopped after the growth and resumed."""
     sc_ref, out_ref, _ = reference
-    sc = _scenario(tmp_path, SMALL.format(capacity="capacity = 32"))
+    sc = _scenario(tmp_path, SMALL.format(capacity="capacity = 32\ncell_capacity = 17"))
     assert sc.hash() == sc_ref.hash()  # capacities are not physics
     result = run_md(sc, tmp_path / "out", progress=False)
     grown = result.summary["regrowths"]
     assert grown and grown[0]["before"]["capacity"] == 32 and grown[0]["after"]["capacity"] == 64
+    # grown to the reference's capacities (LARGE): the replayed chunks run the reference's programs
+    assert grown[0]["after"] == sio.checkpoint_meta(out_ref / "checkpoint.npz")["capacities"]
     assert grown[0]["in"] == "chunk"  # not the start: the chunk's start carry was reallocated and replayed
     assert _files(tmp_path / "out") == _files(out_ref)
     # stopped after the chunk that grew and resumed: the resume takes the grown capacities from the
@@ -170,23 +175,12 @@ def test_regrowth_replays_bitwise(reference, tmp_path):
     assert resumed.status == "completed" and resumed.summary["resumed_from_step"] == stopped.steps_done
     assert resumed.summary["regrowths"] == grown
     assert _files(part) == _files(out_ref)
-    a = np.load(tmp_path / "out" / "checkpoint.npz")
-    b = np.load(out_ref / "checkpoint.npz")
+    a, b = np.load(tmp_path / "out" / "checkpoint.npz"), np.load(out_ref / "checkpoint.npz")
     meta_a, meta_b = json.loads(str(a["meta"])), json.loads(str(b["meta"]))
     assert meta_a["steps_done"] == meta_b["steps_done"] == 160
-    assert meta_a["capacities"] != meta_b["capacities"]  # so the carries' list buffers differ in size;
-    # the state (positions, velocities, images) is the first leaves of the carry: compare them
-    from sciax.app.md_run import Progress, _MDDriver, _with_capacities
-
-    states = []
-    for out, meta in ((tmp_path / "out", meta_a), (out_ref, meta_b)):
-        d = _MDDriver(sc, sc.build(), out, Progress("x", 1, None, False))
-        d.system = _with_capacities(d.system, meta["capacities"])
-        (carry, _), _ = sio.load_checkpoint(out / "checkpoint.npz",
-                                            like=(d._carry_like(1), jax.ShapeDtypeStruct((108, 3), jnp.float64)))
-        states.append(carry.state)
-    for name in ("positions", "velocities", "images"):
-        np.testing.assert_array_equal(np.asarray(getattr(states[0], name)), np.asarray(getattr(states[1], name)))
+    assert meta_a["capacities"] == meta_b["capacities"]
+    np.testing.assert_array_equal(a["state"], b["state"])  # the whole carry, bitwise
+    np.testing.assert_array_equal(np.load(part / "checkpoint.npz")["state"], b["state"])
 
 
 def test_resume_bitwise(reference, tmp_path):
@@ -528,8 +522,9 @@ def test_blow_up_is_reported(tmp_path):
 
 
 @pytest.mark.parametrize("dtype", [
-    # covered by test_regrowth_replays_bitwise (float64 thermo.csv, 17 digits, the same bytes at capacities 64
-    # and 96) and test_small_run_outputs (the first row's U, P and T against the system's own, to 1e-12)
+    # covered by [float32] (the same thermo_observable code: the same bits at capacities 64 and 96, U and
+    # tr W against MDSystem.compute) and test_small_run_outputs (float64: the first row's U, P and T against
+    # the system's own, to 1e-12)
     pytest.param(jnp.float64, marks=pytest.mark.slow),
     jnp.float32,
 ], ids=["float64", "float32"])
