@@ -217,3 +217,29 @@ def test_a_traced_dt_that_is_not_positive_gives_non_finite_frames_not_a_backward
     with pytest.raises(Exception, match="non-finite"):
         jax.jit(lambda d: sciax.simulate(Lorenz(), y0, integrator=RK4(), dt=d, n_steps=10, save_every=5,
                                          check_finite=True).times)(0.0)
+
+
+def test_concrete_values_closed_over_inside_jit_are_checked_on_the_host():
+    """A system built inside `jax.jit` from arrays made outside it: the parameter checks ran
+    `bool(jnp.all(...))` on them, which inside a trace is a tracer, and raised JAX's
+    TracerBoolConversionError instead of building the system. They are checked as host values
+    now: good ones pass, bad ones still get the checks' own message."""
+    import sciax.md as md
+    from sciax.systems import Kepler, MassSpringChain
+
+    stiffness, masses = jnp.full(4, 2.0), jnp.ones(5)
+
+    @jax.jit
+    def build(scale):
+        chain = MassSpringChain(masses=masses, stiffness=stiffness)
+        assert chain.normal_mode_frequencies().shape == (5,)
+        state = Kepler().orbit_state(semi_major_axis=jnp.asarray(1.5), eccentricity=jnp.asarray(0.2))
+        velocities = md.maxwell_boltzmann(masses, 1.0, key=jax.random.key(0))
+        return scale * chain.potential_energy(state.positions[None].repeat(5, 0)) + jnp.sum(velocities)
+
+    assert np.isfinite(build(1.0))
+    negative = -stiffness / 2
+    with pytest.raises(ValueError, match=r"MassSpringChain: `stiffness` must be non-negative, got minimum -1\.0"):
+        jax.jit(lambda: MassSpringChain(masses=masses, stiffness=negative))()
+    with pytest.raises(ValueError, match=r"`masses` must all be positive and finite"):
+        jax.jit(lambda: md.maxwell_boltzmann(negative, 1.0, key=jax.random.key(0)))()

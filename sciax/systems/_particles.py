@@ -81,9 +81,9 @@ class Kepler(AbstractHamiltonian):
         the state would be NaN or unbound).
         """
         a, e = jnp.asarray(semi_major_axis), jnp.asarray(eccentricity)
-        if not isinstance(a, jax.core.Tracer) and not bool(jnp.all(a > 0)):
+        if not isinstance(a, jax.core.Tracer) and not np.all(np.asarray(a) > 0):
             raise ValueError(f"Kepler.orbit_state: `semi_major_axis` must be > 0, got {semi_major_axis!r}.")
-        if not isinstance(e, jax.core.Tracer) and not bool(jnp.all((e >= 0) & (e < 1))):
+        if not isinstance(e, jax.core.Tracer) and not np.all((np.asarray(e) >= 0) & (np.asarray(e) < 1)):
             raise ValueError(f"Kepler.orbit_state: `eccentricity` must be in [0, 1) (a bound ellipse), "
                              f"got {eccentricity!r}.")
         r_p = a * (1 - e)
@@ -109,8 +109,8 @@ def _check_masses(name: str, masses, *, min_particles: int = 1) -> None:
             f"{name}: `masses` must be a 1-D array of shape (N,) with N >= {min_particles}, "
             f"got shape {jnp.shape(masses)}."
         )
-    if not isinstance(masses, jax.core.Tracer) and not bool(jnp.all(masses > 0)):
-        raise ValueError(f"{name}: `masses` must be positive, got minimum {float(jnp.min(masses))!r}.")
+    if not isinstance(masses, jax.core.Tracer) and not np.all(np.asarray(masses) > 0):
+        raise ValueError(f"{name}: `masses` must be positive, got minimum {float(np.min(np.asarray(masses)))!r}.")
 
 
 def _check_per_item(name: str, argument: str, value, n: int, what: str, *, strict: bool = False) -> None:
@@ -121,10 +121,10 @@ def _check_per_item(name: str, argument: str, value, n: int, what: str, *, stric
             f"got shape {jnp.shape(value)}."
         )
     if not isinstance(value, jax.core.Tracer):
-        ok = jnp.all(value > 0) if strict else jnp.all(value >= 0)
-        if not bool(ok):
+        value = np.asarray(value)  # a concrete value is checked on the host, also inside a jit trace
+        if not (np.all(value > 0) if strict else np.all(value >= 0)):
             relation = "positive" if strict else "non-negative"
-            raise ValueError(f"{name}: `{argument}` must be {relation}, got minimum {float(jnp.min(value))!r}.")
+            raise ValueError(f"{name}: `{argument}` must be {relation}, got minimum {float(np.min(value))!r}.")
 
 
 def _angular_momentum(masses, state: PhaseSpace):
@@ -307,7 +307,8 @@ class MassSpringChain(AbstractHamiltonian):
         n = self.masses.shape[0]
         k = jnp.broadcast_to(self.stiffness, (n - 1,))
         if not isinstance(self.masses, jax.core.Tracer) and not isinstance(k, jax.core.Tracer):
-            if not (bool(jnp.all(self.masses == self.masses[0])) and bool(jnp.all(k == k[0]))):
+            m_host, k_host = np.asarray(self.masses), np.asarray(k)
+            if not (np.all(m_host == m_host[0]) and np.all(k_host == k_host[0])):
                 raise ValueError(
                     "MassSpringChain.normal_mode_frequencies: the closed form needs equal `masses` "
                     "and equal `stiffness`; for a general chain diagonalise the mass-weighted "
