@@ -85,7 +85,8 @@ def maxwell_boltzmann(masses, kT, *, key, dim: int = 3, dtype=None):
     if not jnp.issubdtype(dtype, jnp.floating):
         raise TypeError(f"{where}: `dtype` must be a floating dtype, got {dtype}.")
     if is_concrete(masses) and not np.all(np.isfinite(np.asarray(masses)) & (np.asarray(masses) > 0)):
-        raise ValueError(f"{where}: `masses` must all be positive and finite, got min {float(np.min(np.asarray(masses)))}.")
+        smallest = float(np.min(np.asarray(masses)))
+        raise ValueError(f"{where}: `masses` must all be positive and finite, got min {smallest}.")
     if jnp.ndim(kT) != 0:
         raise ValueError(f"{where}: `kT` must be a scalar (energy units), got {describe(kT)}.")
     if is_concrete(kT) and not (np.isfinite(float(kT)) and float(kT) >= 0):
